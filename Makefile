@@ -1,0 +1,63 @@
+# make verify   the main job (installs what it needs first)
+# make test     the test suite
+# make run      single-device reference training          (run.py)
+# make bench    benchmarks (see README: Benchmarks)
+#
+# Every run target honours these variables (the flags behind them: python run.py --help).
+#   CONFIG    model configuration: tiny, small, medium
+#   STEPS     training steps
+#   WARMUP    first steps left out of the throughput figures
+#   SEED      fixes the initial parameters, the synthetic corpus and the dropout masks
+#   WORKERS   workers; run.py emulates them, which makes it the reference of a WORKERS-worker run
+#   PS        parameter-server tasks (parameter-server runners)
+#   DATA      a text in PTB's format (file or directory); empty: the synthetic corpus
+#   HOSTS     other machines (distributed runners)
+#   CKPT_DIR  checkpoint directory; empty: checkpoints/<runner>
+#   ARGS      any other flags, passed through
+CONFIG   ?= small
+STEPS    ?= 300
+WARMUP   ?= 50
+SEED     ?= 1
+WORKERS  ?= 2
+PS       ?= 1
+DATA     ?=
+HOSTS    ?=
+CKPT_DIR ?=
+ARGS     ?=
+
+SHELL  := /bin/bash
+PYTHON := .venv/bin/python
+RUN_FLAGS = --config=$(CONFIG) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=$(SEED) \
+            $(if $(DATA),--data_path=$(DATA))
+ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
+
+.PHONY: setup test run verify bench bench-overhead clean
+
+setup: .venv/.setup-done
+.venv/.setup-done: requirements.txt scripts/setup.sh
+	bash scripts/setup.sh
+	touch $@
+
+test: setup
+	$(PYTHON) -m pytest -q tests
+
+run: setup
+	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(ARGS)
+
+# Until the distributed runners land, verify trains the reference twice and checks that the two checkpoints
+# are bit-identical (the determinism every later comparison rests on).
+verify: setup
+	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) --run_name=verify-reference \
+	    --ckpt_dir=$(or $(CKPT_DIR),checkpoints/verify)/reference $(ARGS)
+	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) --run_name=verify-rerun \
+	    --ckpt_dir=$(or $(CKPT_DIR),checkpoints/verify)/rerun $(ARGS)
+	$(PYTHON) -m checkpoints_compare $(or $(CKPT_DIR),checkpoints/verify)/reference \
+	    $(or $(CKPT_DIR),checkpoints/verify)/rerun --atol=0 --rtol=0
+
+bench: bench-overhead
+
+bench-overhead: setup
+	$(PYTHON) bench/overhead.py $(RUN_FLAGS) $(ARGS)
+
+clean:
+	rm -rf checkpoints results

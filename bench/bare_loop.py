@@ -1,0 +1,39 @@
+"""The baseline of `make bench-overhead`: run.py's training graph in a loop with nothing around it (no results,
+no TensorBoard, no progress lines). Prints the throughput summary as one JSON line."""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
+from harness import data, determinism, flags  # noqa: E402
+from harness.timer import ThroughputTimer  # noqa: E402
+from harness.training import StepFeed  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import model  # noqa: E402
+from run import reference_step  # noqa: E402
+
+
+def main():
+    args = flags.parse(flags.parser("bare_loop", __doc__))
+    config = model.CONFIGS[args.config]
+    tf.compat.v1.disable_eager_execution()
+    feed = StepFeed(config, data.load(args, config), rows=slice(None))
+    _, loss, final_state, _, train_op = reference_step(config, args.seed, feed, num_workers=1)
+    timer = ThroughputTimer(args.warmup_steps)
+    with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        state = None
+        clock = time.perf_counter()
+        for step in range(args.steps):
+            _, state, _ = session.run([loss, final_state, train_op], feed(step, state))
+            now = time.perf_counter()
+            timer.record(now - clock, config.words_per_batch)
+            clock = now
+    print(json.dumps(timer.summary()))
+
+
+if __name__ == "__main__":
+    harness.main(main)

@@ -1,0 +1,5 @@
+import sys
+
+from checkpoints_compare.compare import main
+
+sys.exit(main())

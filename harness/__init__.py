@@ -1,0 +1,29 @@
+"""What every runner shares: flags, data and sharding, determinism, the throughput timer and the recorder of
+results. The runners (run.py, run_tf.py, run_horovod.py, run_parallax.py) import this package FIRST."""
+import os
+import sys
+
+# oneDNN's CPU kernels choose their summation order by shape and thread count; every process of every runner
+# must use the same plain Eigen kernels. The variable is read when TensorFlow loads, so it is set here.
+if "tensorflow" in sys.modules:
+    raise ImportError("import harness before tensorflow: it fixes TensorFlow's kernels for determinism")
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+class UsageError(Exception):
+    """Bad input or environment: reported as one line, exit status 2."""
+
+
+def main(entry_point):
+    """Runs a runner's main(): a UsageError becomes one line on stderr and exit status 2, Ctrl-C exit 130."""
+    prog = os.path.basename(sys.argv[0])
+    try:
+        status = entry_point()
+    except UsageError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(status or 0)

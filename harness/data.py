@@ -1,0 +1,90 @@
+"""The training data and the sharding contract every runner follows.
+
+The global batch of step t is a function of the corpus and t alone (ptb_word_lm's layout): the token stream
+is cut into `batch_size` contiguous rows, and step t reads the window of `num_steps` + 1 tokens at position
+(t mod epoch_size) * num_steps of every row. Worker r of W trains rows [r*B/W, (r+1)*B/W) and carries the
+LSTM state of exactly those rows from step to step; every row's state restarts at zero with each epoch.
+"""
+import collections
+import os
+
+import numpy as np
+
+from harness import UsageError
+
+SYNTHETIC_TOKENS = 1_000_000  # about PTB's training set (929k words)
+ZIPF_EXPONENT = 1.0           # word frequencies of natural text fall roughly as 1/rank
+
+
+def synthetic_tokens(vocab_size, seed):
+    """A corpus of i.i.d. Zipf-distributed word ids from the seed: id 0 is the most frequent word. It has no
+    structure beyond word frequencies (the loss falls towards their entropy, not lower); its purpose is an
+    embedding gradient as sparse as real text gives."""
+    probabilities = 1.0 / np.arange(1, vocab_size + 1) ** ZIPF_EXPONENT
+    rng = np.random.default_rng([seed, 0x5EED])
+    return rng.choice(vocab_size, SYNTHETIC_TOKENS, p=probabilities / probabilities.sum()).astype(np.int32)
+
+
+def text_tokens(path, vocab_size):
+    """Word ids of a text in PTB's format: `path` is a file, or a directory holding ptb.train.txt.
+
+    Line ends become "<eos>". The vocabulary is the vocab_size most frequent words (ties by spelling); when
+    more words occur, the most frequent vocab_size - 1 are kept and the rest become "<unk>"."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "ptb.train.txt")
+    try:
+        with open(path, encoding="utf-8") as f:
+            words = f.read().replace("\n", " <eos> ").split()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"--data_path: cannot read {path}: {getattr(error, 'strerror', None) or error}")
+    counts = collections.Counter(words)
+    vocabulary = sorted(counts, key=lambda w: (-counts[w], w))
+    if len(vocabulary) > vocab_size:
+        vocabulary = vocabulary[:vocab_size]
+        if "<unk>" not in vocabulary:
+            vocabulary = vocabulary[:vocab_size - 1] + ["<unk>"]
+    ids = {word: i for i, word in enumerate(vocabulary)}
+    unknown = ids.get("<unk>")
+    return np.array([ids.get(w, unknown) for w in words], dtype=np.int32)
+
+
+class Batches:
+    """The global batch of every step, as described at the top of this module."""
+
+    def __init__(self, tokens, batch_size, num_steps):
+        row_length = len(tokens) // batch_size
+        self.epoch_size = (row_length - 1) // num_steps
+        if self.epoch_size < 1:
+            raise UsageError(f"the corpus has {len(tokens)} words, too few for one batch of {batch_size} rows "
+                             f"x {num_steps + 1} words")
+        self.rows = tokens[:batch_size * row_length].reshape(batch_size, row_length)
+        self.num_steps = num_steps
+
+    def __call__(self, step):
+        """(inputs, targets) of the global batch at `step`: int32 arrays [batch_size, num_steps]."""
+        start = (step % self.epoch_size) * self.num_steps
+        window = self.rows[:, start:start + self.num_steps + 1]
+        return window[:, :-1], window[:, 1:]
+
+    def epoch(self, step):
+        return step // self.epoch_size
+
+    def starts_epoch(self, step):
+        return step % self.epoch_size == 0
+
+
+def load(args, config):
+    """The Batches of a run: the text at --data_path, or the synthetic corpus of --seed."""
+    if args.data_path:
+        tokens = text_tokens(args.data_path, config.vocab_size)
+    else:
+        tokens = synthetic_tokens(config.vocab_size, args.seed)
+    return Batches(tokens, config.batch_size, config.num_steps)
+
+
+def shard(batch_size, rank, num_workers):
+    """The rows of the global batch that worker `rank` of `num_workers` trains."""
+    if batch_size % num_workers:
+        raise UsageError(f"{num_workers} workers do not divide the global batch of {batch_size} rows")
+    rows = batch_size // num_workers
+    return slice(rank * rows, (rank + 1) * rows)

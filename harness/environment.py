@@ -1,0 +1,56 @@
+"""A description of where a run ran, stored with its throughput: figures mean nothing without it."""
+import importlib.metadata
+import os
+import platform
+import socket
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_bytes():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _version(package):
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def describe(args, config, num_workers, hostnames=None):
+    """The machine, the software and the run's shape, as a JSON-ready dict."""
+    return {
+        "hostnames": hostnames or [socket.gethostname()],
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "memory_bytes": _memory_bytes(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
+        "horovod": _version("horovod"),
+        "numpy": _version("numpy"),
+        "intra_op_threads": args.intra_op_threads,
+        "inter_op_threads": args.inter_op_threads,
+        "workers": num_workers,
+        "global_batch_rows": config.batch_size,
+        "rows_per_worker": config.batch_size // num_workers,
+        "num_steps": config.num_steps,
+        "words_per_step": config.words_per_batch,
+    }

@@ -1,0 +1,100 @@
+"""Everything a run leaves behind, written by the chief (rank 0) only:
+
+    <results_dir>/<run_name>.jsonl        one line per step: step, loss, perplexity, learning_rate, grad_norm,
+                                          seconds, words_per_sec (written as the run goes)
+    <results_dir>/<run_name>.json         the summary: configuration, final loss, throughput, environment
+                                          (written last, only when the run succeeded)
+    <results_dir>/tensorboard/<run_name>/ TensorBoard scalars: loss, perplexity, words_per_sec, grad_norm
+    <ckpt_dir>/model.ckpt-<steps>.*       the final checkpoint, with model.py's variable names
+
+A run first removes the summary and the checkpoint an earlier run left at those paths, so a run that fails
+leaves nothing that looks finished.
+"""
+import dataclasses
+import glob
+import json
+import math
+import os
+import time
+
+import tensorflow as tf
+
+from harness import environment
+from harness.timer import ThroughputTimer
+
+
+class Recorder:
+    def __init__(self, args, config, runner, num_workers, hostnames=None):
+        self.args, self.config, self.runner = args, config, runner
+        self.num_workers, self.hostnames = num_workers, hostnames
+        os.makedirs(args.results_dir, exist_ok=True)
+        os.makedirs(args.ckpt_dir, exist_ok=True)
+        self.summary_path = os.path.join(args.results_dir, args.run_name + ".json")
+        for stale in [self.summary_path, os.path.join(args.ckpt_dir, "checkpoint"),
+                      *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]:
+            if os.path.exists(stale):
+                os.remove(stale)
+        self.steps_log = open(os.path.join(args.results_dir, args.run_name + ".jsonl"), "w")
+        self.tensorboard = tf.compat.v1.summary.FileWriter(
+            os.path.join(args.results_dir, "tensorboard", args.run_name))
+        self.timer = ThroughputTimer(args.warmup_steps)
+        self.last_loss = None
+        self.progress_seconds = self.progress_words = 0.0
+        self.started = time.time()
+
+    def step(self, step, objective, seconds, words, **extra):
+        """Records one step. `objective` is model.loss's value for the global batch (cross-entropy summed over
+        the unrolled steps, averaged over rows); `seconds` the wall time of the whole loop iteration."""
+        loss = float(objective) / self.config.num_steps
+        self.last_loss = loss
+        self.timer.record(seconds, words)
+        record = {"step": step, "loss": loss, "perplexity": _perplexity(loss), "seconds": seconds,
+                  "words_per_sec": words / seconds, **{k: float(v) for k, v in extra.items()}}
+        self.steps_log.write(json.dumps(record) + "\n")
+        self.tensorboard.add_summary(tf.compat.v1.Summary(value=[
+            tf.compat.v1.Summary.Value(tag=k, simple_value=v) for k, v in record.items()
+            if k not in ("step", "seconds")]), step)
+        self.progress_seconds += seconds
+        self.progress_words += words
+        if (step + 1) % self.args.log_every == 0 or step + 1 == self.args.steps:
+            print(f"[{self.runner}] step {step + 1}/{self.args.steps}  loss {loss:.4f}  "
+                  f"perplexity {record['perplexity']:.1f}  "
+                  f"{self.progress_words / self.progress_seconds:,.0f} words/sec", flush=True)
+            self.steps_log.flush()
+            self.progress_seconds = self.progress_words = 0.0
+
+    def finish(self, session, saver, **extra):
+        """Writes the checkpoint, then the summary; returns the summary."""
+        prefix = saver.save(session, os.path.join(self.args.ckpt_dir, "model.ckpt"),
+                            global_step=self.args.steps, write_meta_graph=False)
+        self.steps_log.close()
+        self.tensorboard.close()
+        throughput = self.timer.summary()
+        summary = {
+            "runner": self.runner,
+            "run_name": self.args.run_name,
+            "config": dataclasses.asdict(self.config),
+            "seed": self.args.seed,
+            "data": self.args.data_path or "synthetic",
+            "steps": self.args.steps,
+            "final_loss": self.last_loss,
+            "final_perplexity": _perplexity(self.last_loss),
+            "checkpoint": prefix,
+            "wall_seconds": time.time() - self.started,
+            "throughput": throughput,
+            "environment": environment.describe(self.args, self.config, self.num_workers, self.hostnames),
+            **extra,
+        }
+        partial = self.summary_path + ".partial"
+        with open(partial, "w") as f:
+            json.dump(summary, f, indent=2)
+        os.replace(partial, self.summary_path)
+        print(f"[{self.runner}] {throughput['median']:,.0f} words/sec median, central 68% "
+              f"[{throughput['p16']:,.0f}, {throughput['p84']:,.0f}] over {throughput['measured_steps']} steps "
+              f"after {throughput['warmup_steps']} warm-up; checkpoint {prefix}; results {self.summary_path}",
+              flush=True)
+        return summary
+
+
+def _perplexity(loss):
+    return math.exp(min(loss, 700.0))  # exp overflows past ~709; a diverged run still gets a number

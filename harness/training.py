@@ -1,0 +1,33 @@
+"""The placeholders of one worker's share of a training step, and what to feed them at step t."""
+import numpy as np
+import tensorflow as tf
+
+import model
+
+
+class StepFeed:
+    """Rows `rows` (a slice of the global batch) of step t: the inputs, the targets, the LSTM state carried
+    from step t-1 (zero at the start of every epoch), the step (it seeds dropout) and the learning rate."""
+
+    def __init__(self, config, batches, rows):
+        self.config, self.batches, self.rows = config, batches, rows
+        num_rows = len(range(config.batch_size)[rows])
+        self.inputs = tf.compat.v1.placeholder(tf.int32, [num_rows, config.num_steps], "inputs")
+        self.targets = tf.compat.v1.placeholder(tf.int32, [num_rows, config.num_steps], "targets")
+        self.state_shape = [config.num_layers, 2, num_rows, config.hidden_size]
+        self.initial_state = tf.compat.v1.placeholder(tf.float32, self.state_shape, "initial_state")
+        self.step = tf.compat.v1.placeholder(tf.int64, [], "step")
+        self.learning_rate = tf.compat.v1.placeholder(tf.float32, [], "learning_rate")
+
+    def __call__(self, step, state):
+        """The feed dict of `step`; `state` is the final state fetched at step - 1 (None at the first step)."""
+        inputs, targets = self.batches(step)
+        if state is None or self.batches.starts_epoch(step):
+            state = np.zeros(self.state_shape, np.float32)
+        return {
+            self.inputs: inputs[self.rows],
+            self.targets: targets[self.rows],
+            self.initial_state: state,
+            self.step: step,
+            self.learning_rate: model.learning_rate(self.config, self.batches.epoch(step)),
+        }

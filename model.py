@@ -1,0 +1,216 @@
+"""The word-level LSTM language model of Zaremba, Sutskever & Vinyals 2014, "Recurrent Neural Network
+Regularization" (arXiv:1409.2329), as tensorflow/models' ptb_word_lm.py builds it, and its update rule.
+
+Defined once; every runner builds exactly this graph (TF1-style graph mode, which between-graph
+parameter-server training needs) and applies exactly this update.
+
+Variables, by the names the checkpoints use:
+
+    name            shape                   gradient
+    embedding       [vocab, hidden]         SPARSE  tf.IndexedSlices: only the looked-up rows
+    lstm_<l>/kernel [2*hidden, 4*hidden]    dense   gates i, j, f, o of layer l = 0, 1, ...
+    lstm_<l>/bias   [4*hidden]              dense
+    softmax_w       [hidden, vocab]         dense
+    softmax_b       [vocab]                 dense
+
+The hybrid runner places variables by that last column: sparse ones on parameter servers, dense ones
+replicated and allreduced.
+
+Determinism contract:
+- initial values come from numpy, seeded by (seed, crc32 of the variable's name): the same in every process,
+  whatever the runner or the number of workers;
+- dropout masks are drawn for the whole global batch from (seed, step) and sliced by global row, so
+  sharding the batch cannot change them;
+- the update is applied to the gradient of the global batch, combined from per-worker gradients in one
+  documented order (`average_worker_gradients`), so a W-worker run can reproduce it bit for bit.
+"""
+import dataclasses
+import zlib
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Hyperparameters, with the names of ptb_word_lm.py."""
+    name: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_steps: int        # unrolled time steps per training step (truncated backpropagation)
+    batch_size: int       # rows of the GLOBAL batch; each of W workers trains batch_size / W of them
+    init_scale: float     # initial values are uniform in [-init_scale, init_scale]
+    learning_rate: float
+    max_grad_norm: float  # clip the global gradient norm to this; 0 disables clipping
+    keep_prob: float      # dropout keep probability; 1.0 disables dropout
+    max_epoch: int        # epochs at the initial learning rate ...
+    lr_decay: float       # ... after which it is multiplied by lr_decay every epoch
+
+    @property
+    def words_per_batch(self):
+        return self.batch_size * self.num_steps
+
+
+CONFIGS = {
+    # For tests: seconds on a laptop, yet with dropout, clipping and every code path of the larger ones.
+    "tiny": Config("tiny", vocab_size=200, hidden_size=16, num_layers=2, num_steps=5, batch_size=4,
+                   init_scale=0.1, learning_rate=1.0, max_grad_norm=5.0, keep_prob=0.9,
+                   max_epoch=4, lr_decay=0.5),
+    # The paper's "small" (non-regularised) model: ~4.6M parameters, 2 x 200 units.
+    "small": Config("small", vocab_size=10000, hidden_size=200, num_layers=2, num_steps=20, batch_size=20,
+                    init_scale=0.1, learning_rate=1.0, max_grad_norm=5.0, keep_prob=1.0,
+                    max_epoch=4, lr_decay=0.5),
+    # The paper's "medium" model: 2 x 650 units, 50% dropout.
+    "medium": Config("medium", vocab_size=10000, hidden_size=650, num_layers=2, num_steps=35, batch_size=20,
+                     init_scale=0.05, learning_rate=1.0, max_grad_norm=5.0, keep_prob=0.5,
+                     max_epoch=6, lr_decay=0.8),
+}
+
+
+def variable_shapes(config):
+    """{name: shape} of every trainable variable, in the canonical order used everywhere."""
+    h, v = config.hidden_size, config.vocab_size
+    shapes = {"embedding": (v, h)}
+    for layer in range(config.num_layers):
+        shapes[f"lstm_{layer}/kernel"] = (2 * h, 4 * h)
+        shapes[f"lstm_{layer}/bias"] = (4 * h,)
+    shapes["softmax_w"] = (h, v)
+    shapes["softmax_b"] = (v,)
+    return shapes
+
+
+SPARSE_VARIABLES = ("embedding",)
+
+
+def initial_value(config, seed, name):
+    """The initial value of one variable: uniform(-init_scale, init_scale), float32, from (seed, name)."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    return rng.uniform(-config.init_scale, config.init_scale, variable_shapes(config)[name]).astype(np.float32)
+
+
+class LSTMLanguageModel:
+    """The variables (created in the current device scope) and the forward pass of one worker's rows."""
+
+    def __init__(self, config, seed):
+        self.config = config
+        self.variables = {
+            name: tf.compat.v1.get_variable(name, initializer=tf.constant(initial_value(config, seed, name)))
+            for name in variable_shapes(config)}
+
+    def dropout_masks(self, seed, step, rows):
+        """Dropout masks (keep/keep_prob or 0) for the global rows `rows`, or None without dropout.
+
+        Drawn for the whole global batch from (seed, step) and then sliced, so worker r of W sees exactly the
+        rows of the mask a single device would use. One mask per dropout site: the embedding output and the
+        output of each LSTM layer."""
+        c = self.config
+        if c.keep_prob >= 1.0:
+            return None
+        sites = c.num_layers + 1
+        uniform = tf.random.stateless_uniform(
+            [sites, c.batch_size, c.num_steps, c.hidden_size],
+            seed=tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)]))
+        masks = tf.where(uniform < c.keep_prob, 1.0 / c.keep_prob, 0.0)
+        return masks[:, rows]
+
+    def loss(self, inputs, targets, initial_state, dropout_masks=None):
+        """Forward pass of one worker's rows.
+
+        inputs, targets: int32 [rows, num_steps]; initial_state: float32 [layers, 2 (c, h), rows, hidden].
+        Returns (loss, final_state). The loss is ptb_word_lm's training objective: the cross-entropy summed
+        over the unrolled steps and averaged over the rows, so averaging the gradients of W equal shards
+        gives the gradient of the global batch."""
+        c = self.config
+        rows = inputs.shape[0]
+        x = tf.nn.embedding_lookup(self.variables["embedding"], inputs)  # [rows, steps, hidden]
+        if dropout_masks is not None:
+            x = x * dropout_masks[0]
+        steps = tf.unstack(x, num=c.num_steps, axis=1)
+        final_state = []
+        for layer in range(c.num_layers):
+            kernel = self.variables[f"lstm_{layer}/kernel"]
+            bias = self.variables[f"lstm_{layer}/bias"]
+            cell, hidden = initial_state[layer][0], initial_state[layer][1]
+            outputs = []
+            for x_t in steps:
+                gates = tf.matmul(tf.concat([x_t, hidden], axis=1), kernel) + bias
+                i, j, f, o = tf.split(gates, 4, axis=1)  # ptb_word_lm's BasicLSTMCell, forget_bias=0
+                cell = tf.sigmoid(f) * cell + tf.sigmoid(i) * tf.tanh(j)
+                hidden = tf.sigmoid(o) * tf.tanh(cell)
+                outputs.append(hidden)
+            final_state.append(tf.stack([cell, hidden]))
+            if dropout_masks is not None:
+                outputs = tf.unstack(tf.stack(outputs, axis=1) * dropout_masks[layer + 1], axis=1)
+            steps = outputs
+        output = tf.reshape(tf.stack(steps, axis=1), [-1, c.hidden_size])  # row-major: (row, step)
+        logits = tf.matmul(output, self.variables["softmax_w"]) + self.variables["softmax_b"]
+        cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.reshape(targets, [-1]), logits=logits)
+        loss = tf.reduce_sum(cross_entropy) / rows
+        return loss, tf.stack(final_state)
+
+    def worker_gradients(self, loss):
+        """One worker's gradients, in canonical variable order.
+
+        The embedding's gradient is a tf.IndexedSlices with one row per looked-up position; it is reduced here
+        to one row per distinct word, summed in position order. Every architecture then only has to add up
+        one row per worker, which is what lets a sparse (allgather, sparse accumulator) and a dense
+        (allreduce) aggregation reach the same bits."""
+        return [deduplicate(g) if isinstance(g, tf.IndexedSlices) else g
+                for g in tf.gradients(loss, list(self.variables.values()))]
+
+
+def deduplicate(slices):
+    """The same tf.IndexedSlices with each index once, rows summed in order of appearance."""
+    unique_indices, position = tf.unique(slices.indices)
+    values = tf.math.unsorted_segment_sum(slices.values, position, tf.shape(unique_indices)[0])
+    return tf.IndexedSlices(values, unique_indices, slices.dense_shape)
+
+
+def average_worker_gradients(per_worker):
+    """The gradient of the global batch from W workers' gradients (a list of W canonical gradient lists).
+
+    This is the reference combination that the synchronous runners reproduce: dense gradients are summed in
+    worker order and multiplied by 1/W (Horovod's allreduce with op=Average); sparse ones are concatenated in
+    worker order with their values divided by W (Horovod's allgather path). For W = 2 every reduction is a
+    single commutative addition and scaling by 1/2 is exact, so any correct 2-worker run matches this bit for
+    bit; for more workers the summation order of each architecture decides the last bits."""
+    num_workers = len(per_worker)
+    averaged = []
+    for grads in zip(*per_worker):
+        if isinstance(grads[0], tf.IndexedSlices):
+            averaged.append(tf.IndexedSlices(tf.concat([g.values for g in grads], 0) / num_workers,
+                                             tf.concat([g.indices for g in grads], 0), grads[0].dense_shape))
+        else:
+            total = grads[0]
+            for g in grads[1:]:
+                total = total + g
+            averaged.append(total * (1.0 / num_workers))
+    return averaged
+
+
+def sgd_update(config, variables, gradients, learning_rate):
+    """The update rule, applied once per step to the gradient of the global batch: plain SGD after clipping
+    by global norm (ptb_word_lm's). Returns (train_op, global_norm).
+
+    Sparse gradients are first summed into dense form (rows in the order they arrive), so the norm and the
+    update see exactly the same numbers whatever representation an architecture delivers; untouched rows get
+    0, and var - lr * 0 == var, so the result equals a sparse update's."""
+    dense = [tf.math.unsorted_segment_sum(g.values, g.indices, g.dense_shape[0])
+             if isinstance(g, tf.IndexedSlices) else g for g in gradients]
+    squares = [tf.reduce_sum(tf.square(g)) for g in dense]
+    total = squares[0]
+    for s in squares[1:]:  # a fixed left-to-right order, unlike add_n
+        total = total + s
+    global_norm = tf.sqrt(total)
+    if config.max_grad_norm > 0:
+        scale = config.max_grad_norm / tf.maximum(global_norm, config.max_grad_norm)
+        dense = [g * scale for g in dense]
+    updates = [v.assign_sub(learning_rate * g) for v, g in zip(variables, dense)]
+    return tf.group(*updates), global_norm
+
+
+def learning_rate(config, epoch):
+    """The paper's schedule: constant for max_epoch epochs, then decayed by lr_decay per epoch."""
+    return config.learning_rate * config.lr_decay ** max(epoch + 1 - config.max_epoch, 0)

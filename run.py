@@ -1,0 +1,68 @@
+"""Single-device training: the reference every distributed runner is compared with.
+
+    python run.py --config=small --steps=300
+    python run.py --emulate_workers=2      # the bit-for-bit reference of a synchronous 2-worker run
+
+With --emulate_workers=W each step computes the gradients of W shards of the global batch (worker r's rows,
+harness.data.shard) and combines them as a synchronous W-worker run does (model.average_worker_gradients).
+W = 1 is plain single-device training. `python run.py --help` lists every flag.
+"""
+import time
+
+import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
+from harness import data, determinism, flags
+from harness.recorder import Recorder
+from harness.training import StepFeed
+import tensorflow as tf
+
+import model
+
+
+def reference_step(config, seed, feed, num_workers):
+    """The graph of one training step, computed as `num_workers` workers' shards of the global batch.
+
+    Returns the model, the global batch's loss, the final LSTM state, the global gradient norm and the
+    update op."""
+    lm = model.LSTMLanguageModel(config, seed)
+    losses, final_states, gradients = [], [], []
+    for r in range(num_workers):  # worker r's forward and backward pass, on its rows only
+        rows = data.shard(config.batch_size, r, num_workers)
+        loss, final_state = lm.loss(feed.inputs[rows], feed.targets[rows], feed.initial_state[:, :, rows],
+                                    lm.dropout_masks(seed, feed.step, rows))
+        losses.append(loss)
+        final_states.append(final_state)
+        gradients.append(lm.worker_gradients(loss))
+    train_op, global_norm = model.sgd_update(config, list(lm.variables.values()),
+                                             model.average_worker_gradients(gradients), feed.learning_rate)
+    return lm, tf.add_n(losses) / num_workers, tf.concat(final_states, axis=2), global_norm, train_op
+
+
+def main():
+    parser = flags.parser("run", __doc__)
+    parser.add_argument("--emulate_workers", type=flags.positive_int, default=1,
+                        help="compute each step as this many workers' shards, combined as they combine them")
+    args = flags.parse(parser)
+    config = model.CONFIGS[args.config]
+    data.shard(config.batch_size, 0, args.emulate_workers)  # the workers must divide the batch
+    batches = data.load(args, config)
+
+    tf.compat.v1.disable_eager_execution()
+    feed = StepFeed(config, batches, rows=slice(None))
+    lm, loss, final_state, global_norm, train_op = reference_step(config, args.seed, feed, args.emulate_workers)
+    saver = tf.compat.v1.train.Saver(lm.variables)
+
+    with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        recorder = Recorder(args, config, "run", args.emulate_workers)
+        state = None
+        clock = time.perf_counter()
+        for step in range(args.steps):
+            step_loss, state, norm, _ = session.run([loss, final_state, global_norm, train_op], feed(step, state))
+            now = time.perf_counter()
+            recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm)
+            clock = now
+        recorder.finish(session, saver)
+
+
+if __name__ == "__main__":
+    harness.main(main)

@@ -1,0 +1,48 @@
+import json
+import os
+import subprocess
+import sys
+
+import harness  # noqa: F401  (before TensorFlow: it fixes the kernels, as in the runners)
+import numpy as np
+import pytest
+import tensorflow as tf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_script(script, *flags, cwd, timeout=300):
+    """Runs one of the repository's scripts in `cwd` (where its outputs go) and returns the CompletedProcess."""
+    return subprocess.run([sys.executable, os.path.join(REPO, script), *flags], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def checkpoint_tensors(directory):
+    """{name: array} of the latest checkpoint in `directory`."""
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(directory)))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture
+def assert_usage_error():
+    """Checks a run that got bad input: exit status 2, one line naming the problem, no traceback."""
+    def check(result, *words):
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        for word in words:
+            assert word in lines[0], lines[0]
+    return check
+
+
+def bit_identical(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+np.set_printoptions(precision=10)

@@ -1,0 +1,117 @@
+"""run.py end to end, on the tiny config."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import REPO, bit_identical, checkpoint_tensors, read_jsonl, run_script
+
+TINY = ["--config=tiny", "--steps=60", "--warmup_steps=10", "--log_every=20"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Four runs on the tiny config: the reference twice, 2 emulated workers, another seed."""
+    work = tmp_path_factory.mktemp("runs")
+    flags = {"first": [], "rerun": [], "two_workers": ["--emulate_workers=2"], "other_seed": ["--seed=2"]}
+    for name, extra in flags.items():
+        result = run_script("run.py", *TINY, *extra, f"--run_name={name}", f"--ckpt_dir=ckpt/{name}", cwd=work)
+        assert result.returncode == 0, result.stderr
+    return work
+
+
+def test_identical_runs_give_bit_identical_checkpoints(runs):
+    first, rerun = checkpoint_tensors(runs / "ckpt/first"), checkpoint_tensors(runs / "ckpt/rerun")
+    assert sorted(first) == sorted(["embedding", "lstm_0/kernel", "lstm_0/bias", "lstm_1/kernel", "lstm_1/bias",
+                                    "softmax_w", "softmax_b"])
+    assert all(bit_identical(first[name], rerun[name]) for name in first)
+    losses = [[r["loss"] for r in read_jsonl(runs / f"results/{n}.jsonl")] for n in ("first", "rerun")]
+    assert losses[0] == losses[1]
+
+
+def test_emulated_workers_change_only_the_rounding(runs):
+    one, two = checkpoint_tensors(runs / "ckpt/first"), checkpoint_tensors(runs / "ckpt/two_workers")
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-4, atol=1e-6, err_msg=name)
+    assert not all(bit_identical(one[name], two[name]) for name in one)  # two shards sum in another order
+
+
+def test_another_seed_trains_another_model(runs):
+    one, other = checkpoint_tensors(runs / "ckpt/first"), checkpoint_tensors(runs / "ckpt/other_seed")
+    assert all(np.abs(one[name] - other[name]).max() > 1e-3 for name in one)
+
+
+def test_the_loss_falls(runs):
+    losses = [r["loss"] for r in read_jsonl(runs / "results/first.jsonl")]
+    assert len(losses) == 60
+    # From ln(200) = 5.3, a uniform guess, towards the entropy of the Zipf distribution of the corpus (4.15).
+    assert losses[0] == pytest.approx(np.log(200), abs=0.05)
+    assert np.mean(losses[-10:]) < min(np.mean(losses[:10]), losses[0] - 0.7)
+
+
+def test_the_summary_reports_throughput_and_environment(runs):
+    summary = json.loads((runs / "results/two_workers.json").read_text())
+    throughput = summary["throughput"]
+    assert throughput["measured_steps"] == 50 and throughput["warmup_steps"] == 10
+    assert 0 < throughput["p16"] <= throughput["median"] <= throughput["p84"]
+    assert throughput["ci95"][0] <= throughput["mean"] <= throughput["ci95"][1]
+    environment = summary["environment"]
+    assert environment["workers"] == 2 and environment["rows_per_worker"] == 2
+    assert environment["tensorflow"] == "2.15.1" and environment["intra_op_threads"] == 1
+    assert summary["config"]["name"] == "tiny" and summary["steps"] == 60
+    assert summary["checkpoint"].endswith("model.ckpt-60")
+    steps = read_jsonl(runs / "results/two_workers.jsonl")
+    assert [r["step"] for r in steps] == list(range(60))
+    assert set(steps[0]) >= {"loss", "perplexity", "seconds", "words_per_sec", "grad_norm"}
+    assert os.listdir(runs / "results/tensorboard/two_workers")[0].startswith("events.out.tfevents")
+
+
+def test_a_killed_run_leaves_no_finished_looking_results(runs):
+    """A run into the directories of a finished one first removes its checkpoint and summary."""
+    process = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "run.py"), "--config=tiny", "--steps=100000", "--log_every=10",
+         "--run_name=first", "--ckpt_dir=ckpt/first"], cwd=runs, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "step 10/100000" in process.stdout.readline()  # training has begun
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert not (runs / "results/first.json").exists()
+    assert not [f for f in os.listdir(runs / "ckpt/first") if f.startswith(("checkpoint", "model.ckpt"))]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--steps=0"], "--steps"),
+    (["--steps=many"], "--steps"),
+    (["--warmup_steps=-1"], "--warmup_steps"),
+    (["--steps=10", "--warmup_steps=10"], "--warmup_steps=10"),
+    (["--emulate_workers=3"], "3 workers"),
+    (["--config=huge"], "--config"),
+    (["--data_path=/no/such/corpus"], "--data_path"),
+    (["--intra_op_threads=0"], "--intra_op_threads"),
+    (["--no_such_flag=1"], "--no_such_flag"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
+    result = run_script("run.py", "--config=tiny", *flags, cwd=tmp_path)
+    assert_usage_error(result, named)
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_text_too_short_for_one_batch_is_bad_input(tmp_path, assert_usage_error):
+    (tmp_path / "short.txt").write_text("too few words\n")
+    result = run_script("run.py", "--config=tiny", "--data_path=short.txt", cwd=tmp_path)
+    assert_usage_error(result, "too few for one batch")
+
+
+def test_training_on_a_text(tmp_path):
+    words = [f"w{i % 37}" for i in range(3000)]
+    (tmp_path / "ptb.train.txt").write_text("\n".join(" ".join(words[i:i + 12]) for i in range(0, 3000, 12)))
+    result = run_script("run.py", "--config=tiny", "--steps=20", "--warmup_steps=0", f"--data_path={tmp_path}",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "results/run.json").read_text())["data"] == str(tmp_path)
