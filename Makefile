@@ -1,6 +1,7 @@
 # make verify   the main job (installs what it needs first)
 # make test     the test suite
 # make run      single-device reference training          (run.py)
+# make run-horovod  allreduce training with Horovod        (run_horovod.py)
 # make bench    benchmarks (see README: Benchmarks)
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
@@ -31,7 +32,7 @@ RUN_FLAGS = --config=$(CONFIG) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=
             $(if $(DATA),--data_path=$(DATA))
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 
-.PHONY: setup test run verify bench bench-overhead clean
+.PHONY: setup test run run-horovod verify bench bench-overhead clean
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh
@@ -43,6 +44,10 @@ test: setup
 
 run: setup
 	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(ARGS)
+
+run-horovod: setup
+	$(PYTHON) -m harness.launch horovod --workers=$(WORKERS) -- \
+	    $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
 
 # Until the distributed runners land, verify trains the reference twice and checks that the two checkpoints
 # are bit-identical (the determinism every later comparison rests on).

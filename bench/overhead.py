@@ -47,7 +47,7 @@ def main():
             # shared, noisy machine; every other round they swap cores.
             run_core, bare_core = (cores[0], cores[1]) if i % 2 == 0 else (cores[1], cores[0])
             run_py = _start(run_core, [os.path.join(REPO, "run.py"), *shared, f"--results_dir={scratch}",
-                                       f"--ckpt_dir={scratch}/ckpt", f"--log_every={args.steps}"])
+                                       f"--ckpt_dir={scratch}/ckpt"])
             bare_loop = _start(bare_core, [os.path.join(REPO, "bench", "bare_loop.py"), *shared])
             bare_output, _ = bare_loop.communicate()
             run_py.communicate()

@@ -28,10 +28,14 @@ positive_int = _int_at_least(1)
 non_negative_int = _int_at_least(0)
 
 
+def empty_parser(prog, description):
+    """An argument parser whose errors are UsageErrors."""
+    return _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def parser(runner, description):
     """An argument parser with the shared flags; `runner` names the default checkpoint directory and run."""
-    p = _Parser(prog=f"{runner}.py", description=description,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = empty_parser(f"{runner}.py", description)
     p.add_argument("--config", choices=sorted(model.CONFIGS), default="small",
                    help="model configuration (model.CONFIGS): tiny for tests, small and medium as in the paper")
     p.add_argument("--steps", type=positive_int, default=300, help="training steps")

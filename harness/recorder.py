@@ -4,7 +4,8 @@
                                           seconds, words_per_sec (written as the run goes)
     <results_dir>/<run_name>.json         the summary: configuration, final loss, throughput, environment
                                           (written last, only when the run succeeded)
-    <results_dir>/tensorboard/<run_name>/ TensorBoard scalars: loss, perplexity, words_per_sec, grad_norm
+    <results_dir>/tensorboard/<run_name>/ TensorBoard scalars every log_every steps: loss, perplexity,
+                                          grad_norm, words_per_sec (over those steps)
     <ckpt_dir>/model.ckpt-<steps>.*       the final checkpoint, with model.py's variable names
 
 A run first removes the summary and the checkpoint an earlier run left at those paths, so a run that fails
@@ -51,15 +52,17 @@ class Recorder:
         record = {"step": step, "loss": loss, "perplexity": _perplexity(loss), "seconds": seconds,
                   "words_per_sec": words / seconds, **{k: float(v) for k, v in extra.items()}}
         self.steps_log.write(json.dumps(record) + "\n")
-        self.tensorboard.add_summary(tf.compat.v1.Summary(value=[
-            tf.compat.v1.Summary.Value(tag=k, simple_value=v) for k, v in record.items()
-            if k not in ("step", "seconds")]), step)
         self.progress_seconds += seconds
         self.progress_words += words
         if (step + 1) % self.args.log_every == 0 or step + 1 == self.args.steps:
+            # Progress and TensorBoard every log_every steps: per-step events would wake TensorBoard's
+            # writer thread at every step, inside the timed loop.
+            interval_rate = self.progress_words / self.progress_seconds
             print(f"[{self.runner}] step {step + 1}/{self.args.steps}  loss {loss:.4f}  "
-                  f"perplexity {record['perplexity']:.1f}  "
-                  f"{self.progress_words / self.progress_seconds:,.0f} words/sec", flush=True)
+                  f"perplexity {record['perplexity']:.1f}  {interval_rate:,.0f} words/sec", flush=True)
+            scalars = dict(loss=loss, perplexity=record["perplexity"], words_per_sec=interval_rate, **extra)
+            self.tensorboard.add_summary(tf.compat.v1.Summary(value=[
+                tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]), step)
             self.steps_log.flush()
             self.progress_seconds = self.progress_words = 0.0
 

@@ -1,0 +1,154 @@
+"""Starting the tasks of a distributed run, watching them, and tearing them down.
+
+    python -m harness.launch horovod --workers=2 -- --config=small --steps=300     (make run-horovod)
+
+A Task is what to run: a name ("worker1", "ps0"), a command line and its extra environment; the
+`*_tasks` functions build them for each architecture. A starter is how to start a task: `LocalProcess`
+starts it as a child process of this machine. (Later starters wrap the same Task in a network namespace, a
+Docker container, ssh or srun.) `run_tasks` is the one place where a run's tasks are started, their output
+is prefixed with their names, their exit statuses are read and, when one fails or the user presses Ctrl-C,
+the others are stopped: a dead task takes the whole run down at once, with a message naming it.
+"""
+import ctypes
+import dataclasses
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import harness
+from harness import data, flags
+import model
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A collective whose peer died fails after this many seconds (Horovod's default is 30). The launcher stops
+# the other tasks as soon as it sees one die; the timeout covers tasks started by other means (horovodrun).
+GLOO_TIMEOUT_SECONDS = 30
+
+
+@dataclasses.dataclass
+class Task:
+    name: str
+    argv: list
+    env: dict = dataclasses.field(default_factory=dict)
+
+
+class LocalProcess:
+    """A task as a local child process, in a process group of its own so that stopping it reaches every
+    process it started."""
+
+    def start(self, task):
+        return subprocess.Popen(task.argv, env={**os.environ, **task.env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                text=True, errors="replace", preexec_fn=_die_with_parent)
+
+    def stop(self, process, grace_seconds):
+        """SIGTERM to the task's process group, SIGKILL to what is left after `grace_seconds`."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(grace_seconds)
+                # The leader is gone, but what it started may not be: the SIGKILL round reaches them.
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _die_with_parent():
+    """Linux: the task gets SIGKILL if the launcher dies, even by kill -9, so no task outlives it."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _copy_output(name, stream, lock):
+    for line in stream:
+        with lock:
+            sys.stdout.write(f"[{name}] {line}")
+            sys.stdout.flush()
+
+
+def run_tasks(tasks, starter=None, grace_seconds=5.0, poll_seconds=0.1):
+    """Runs `tasks` to the end. Returns 0 when all succeed; otherwise names the first task that failed, stops
+    the others and returns its exit status (2 stays 2: bad input; anything else becomes 1). Ctrl-C stops
+    every task and returns 130."""
+    starter = starter or LocalProcess()
+    lock = threading.Lock()
+    running, readers = {}, []
+    try:
+        for task in tasks:
+            process = starter.start(task)
+            running[task.name] = process
+            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock), daemon=True)
+            reader.start()
+            readers.append(reader)
+        status = 0
+        while running and not status:
+            for name, process in list(running.items()):
+                code = process.poll()
+                if code is None:
+                    continue
+                del running[name]
+                if code != 0:
+                    how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+                    print(f"launch: task {name} {how}; stopping {', '.join(running) or 'nothing else'}",
+                          file=sys.stderr, flush=True)
+                    status = 2 if code == 2 else 1
+            time.sleep(poll_seconds)
+        return status
+    except KeyboardInterrupt:
+        print(f"launch: interrupted; stopping {', '.join(running)}", file=sys.stderr, flush=True)
+        return 130
+    finally:
+        for process in running.values():
+            starter.stop(process, grace_seconds)
+        for reader in readers:
+            reader.join(timeout=grace_seconds)
+
+
+def horovod_tasks(num_workers, runner_flags):
+    """The tasks of run_horovod.py on this machine, started as horovodrun --gloo starts them: Horovod's
+    rendezvous server runs in this process, and each rank gets the environment that tells it its rank and
+    where the rendezvous is. Returns (tasks, stop_rendezvous)."""
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
+    from horovod.runner.http.http_server import RendezvousServer
+
+    rendezvous = RendezvousServer()
+    port = rendezvous.start()
+    slots = get_host_assignments(parse_hosts(f"localhost:{num_workers}"), num_workers)
+    rendezvous.init(slots)
+    shared_env = {**create_run_env_vars("127.0.0.1", ["lo"], port), "PYTHONUNBUFFERED": "1",
+                  "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_SECONDS)}
+    tasks = [Task(f"worker{slot.rank}", [sys.executable, os.path.join(REPO, "run_horovod.py"), *runner_flags],
+                  {k: str(v) for k, v in {**shared_env, **create_slot_env_vars(slot)}.items()})
+             for slot in slots]
+    return tasks, rendezvous.stop
+
+
+def main():
+    parser = flags.empty_parser("python -m harness.launch", __doc__)
+    parser.add_argument("architecture", choices=["horovod"])
+    parser.add_argument("--workers", type=flags.positive_int, default=2, help="worker processes")
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
+    args = parser.parse_args(argv[:split])
+    args.runner_flags = argv[split + 1:]
+    # Check the runner's flags here, once: bad input is one line before any task starts, not one per task.
+    runner = importlib.import_module("run_horovod")
+    runner_args = runner.parse_flags(args.runner_flags)
+    data.shard(model.CONFIGS[runner_args.config].batch_size, 0, args.workers)
+    tasks, stop_rendezvous = horovod_tasks(args.workers, args.runner_flags)
+    try:
+        return run_tasks(tasks)
+    finally:
+        stop_rendezvous()
+
+
+if __name__ == "__main__":
+    harness.main(main)

@@ -1,0 +1,76 @@
+"""Allreduce training with Horovod: every worker holds every variable; gradients are averaged by collectives.
+
+    make run-horovod WORKERS=2
+    horovodrun --gloo -np 2 -H localhost:2 --network-interface lo python run_horovod.py --config=small
+
+It is run.py with the lines marked "Horovod:" changed: each worker trains its own rows of the global batch,
+starts from rank 0's variables, averages its gradients with the others' before the shared update rule, and
+only rank 0 records results and writes the checkpoint. The embedding's sparse gradient goes through
+Horovod's sparse path (an allgather of its rows) unless --sparse_as_dense densifies it for an allreduce.
+"""
+import time
+
+import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
+from harness import data, determinism, flags
+from harness.recorder import Recorder
+from harness.training import StepFeed
+import tensorflow as tf
+
+import model
+
+try:
+    import horovod.tensorflow as hvd
+except ImportError as error:  # absent, or built against another TensorFlow
+    hvd, HOROVOD_ERROR = None, error
+
+
+def parse_flags(argv=None):
+    parser = flags.parser("run_horovod", __doc__)
+    parser.add_argument("--sparse_as_dense", action="store_true",
+                        help="densify the embedding's gradient and allreduce it instead of allgathering its rows")
+    return flags.parse(parser, argv)
+
+
+def main():
+    args = parse_flags()
+    if hvd is None:
+        raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
+    config = model.CONFIGS[args.config]
+    hvd.init()  # Horovod: join the other workers
+    rows = data.shard(config.batch_size, hvd.rank(), hvd.size())  # Horovod: this worker's rows
+    batches = data.load(args, config)
+
+    tf.compat.v1.disable_eager_execution()
+    feed = StepFeed(config, batches, rows)
+    lm = model.LSTMLanguageModel(config, args.seed)
+    loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
+                                lm.dropout_masks(args.seed, feed.step, rows))
+    gradients = lm.worker_gradients(loss)
+    if args.sparse_as_dense:
+        gradients = [tf.convert_to_tensor(g) for g in gradients]
+    # Horovod: average over workers; IndexedSlices are allgathered, dense tensors allreduced.
+    gradients = [hvd.allreduce(g, op=hvd.Average) for g in gradients]
+    global_loss = hvd.allreduce(loss, op=hvd.Average)
+    train_op, global_norm = model.sgd_update(config, list(lm.variables.values()), gradients, feed.learning_rate)
+    saver = tf.compat.v1.train.Saver(lm.variables)
+
+    with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(hvd.broadcast_global_variables(0))  # Horovod: start from rank 0's values
+        chief = hvd.rank() == 0
+        recorder = Recorder(args, config, "run_horovod", hvd.size()) if chief else None
+        state = None
+        clock = time.perf_counter()
+        for step in range(args.steps):
+            step_loss, state, norm, _ = session.run([global_loss, final_state, global_norm, train_op],
+                                                    feed(step, state))
+            now = time.perf_counter()
+            if chief:  # Horovod: rank 0 records for everyone
+                recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm)
+            clock = now
+        if chief:
+            recorder.finish(session, saver)
+
+
+if __name__ == "__main__":
+    harness.main(main)
