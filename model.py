@@ -92,11 +92,31 @@ def initial_value(config, seed, name):
 class LSTMLanguageModel:
     """The variables (created in the current device scope) and the forward pass of one worker's rows."""
 
-    def __init__(self, config, seed):
+    def __init__(self, config, seed, embedding_partitions=1):
+        """Creates the variables in the current device scope; the embedding is split along its rows into
+        `embedding_partitions` parts (the parameter-server runner spreads them over its servers)."""
         self.config = config
-        self.variables = {
-            name: tf.compat.v1.get_variable(name, initializer=tf.constant(initial_value(config, seed, name)))
-            for name in variable_shapes(config)}
+        self.embedding_partitions = embedding_partitions
+        self.variables = {}
+        for name, shape in variable_shapes(config).items():
+            full_value = initial_value(config, seed, name)
+
+            def initializer(shape, dtype=tf.float32, partition_info=None, full_value=full_value):
+                # A partition gets its slice of the full value: initial values do not depend on partitioning.
+                offset = partition_info.var_offset if partition_info else [0] * len(shape)
+                return tf.constant(full_value[tuple(slice(o, o + n) for o, n in zip(offset, shape))], dtype)
+
+            partitioner = None
+            if name == "embedding" and embedding_partitions > 1:
+                partitioner = tf.compat.v1.fixed_size_partitioner(embedding_partitions)
+            self.variables[name] = tf.compat.v1.get_variable(name, shape, tf.float32, initializer,
+                                                             partitioner=partitioner)
+
+    @property
+    def variable_list(self):
+        """The variables in canonical order; a partitioned one is the list of its parts."""
+        return [list(v) if name == "embedding" and self.embedding_partitions > 1 else v
+                for name, v in self.variables.items()]
 
     def dropout_masks(self, seed, step, rows):
         """Dropout masks (keep/keep_prob or 0) for the global rows `rows`, or None without dropout.
@@ -123,7 +143,7 @@ class LSTMLanguageModel:
         gives the gradient of the global batch."""
         c = self.config
         rows = inputs.shape[0]
-        x = tf.nn.embedding_lookup(self.variables["embedding"], inputs)  # [rows, steps, hidden]
+        x = tf.nn.embedding_lookup(self.variable_list[0], inputs)  # [rows, steps, hidden]
         if dropout_masks is not None:
             x = x * dropout_masks[0]
         steps = tf.unstack(x, num=c.num_steps, axis=1)
@@ -151,14 +171,15 @@ class LSTMLanguageModel:
         return loss, tf.stack(final_state)
 
     def worker_gradients(self, loss):
-        """One worker's gradients, in canonical variable order.
+        """One worker's gradients, structured as `variable_list`.
 
         The embedding's gradient is a tf.IndexedSlices with one row per looked-up position; it is reduced here
         to one row per distinct word, summed in position order. Every architecture then only has to add up
         one row per worker, which is what lets a sparse (allgather, sparse accumulator) and a dense
         (allreduce) aggregation reach the same bits."""
-        return [deduplicate(g) if isinstance(g, tf.IndexedSlices) else g
-                for g in tf.gradients(loss, list(self.variables.values()))]
+        flat = tf.nest.flatten(self.variable_list)
+        gradients = [deduplicate(g) if isinstance(g, tf.IndexedSlices) else g for g in tf.gradients(loss, flat)]
+        return tf.nest.pack_sequence_as(self.variable_list, gradients)
 
 
 def deduplicate(slices):
@@ -169,7 +190,7 @@ def deduplicate(slices):
 
 
 def average_worker_gradients(per_worker):
-    """The gradient of the global batch from W workers' gradients (a list of W canonical gradient lists).
+    """The gradient of the global batch from W workers' gradients (W lists structured as `variable_list`).
 
     This is the reference combination that the synchronous runners reproduce: dense gradients are summed in
     worker order and multiplied by 1/W (Horovod's allreduce with op=Average); sparse ones are concatenated in
@@ -178,7 +199,7 @@ def average_worker_gradients(per_worker):
     bit; for more workers the summation order of each architecture decides the last bits."""
     num_workers = len(per_worker)
     averaged = []
-    for grads in zip(*per_worker):
+    for grads in zip(*[tf.nest.flatten(gradients) for gradients in per_worker]):
         if isinstance(grads[0], tf.IndexedSlices):
             averaged.append(tf.IndexedSlices(tf.concat([g.values for g in grads], 0) / num_workers,
                                              tf.concat([g.indices for g in grads], 0), grads[0].dense_shape))
@@ -187,7 +208,7 @@ def average_worker_gradients(per_worker):
             for g in grads[1:]:
                 total = total + g
             averaged.append(total * (1.0 / num_workers))
-    return averaged
+    return tf.nest.pack_sequence_as(per_worker[0], averaged)
 
 
 def sgd_update(config, variables, gradients, learning_rate):
@@ -196,18 +217,34 @@ def sgd_update(config, variables, gradients, learning_rate):
 
     Sparse gradients are first summed into dense form (rows in the order they arrive), so the norm and the
     update see exactly the same numbers whatever representation an architecture delivers; untouched rows get
-    0, and var - lr * 0 == var, so the result equals a sparse update's."""
-    dense = [tf.math.unsorted_segment_sum(g.values, g.indices, g.dense_shape[0])
-             if isinstance(g, tf.IndexedSlices) else g for g in gradients]
-    squares = [tf.reduce_sum(tf.square(g)) for g in dense]
+    0, and var - lr * 0 == var, so the result equals a sparse update's.
+
+    A variable may come as the list of its partitions along the first axis, with the list of their
+    gradients. The arithmetic of each part runs on the part's device, and the result does not depend on the
+    partitioning: a variable's squared norm is the sum of its per-row sums of squares, concatenated over
+    the parts first. The norms of the variables are added in canonical order, left to right."""
+    dense, squares = [], []
+    for parts, part_gradients in zip(variables, gradients):
+        parts, part_gradients = (parts, part_gradients) if isinstance(parts, list) else ([parts], [part_gradients])
+        dense_parts, row_squares = [], []
+        for part, g in zip(parts, part_gradients):
+            with tf.device(part.device):
+                if isinstance(g, tf.IndexedSlices):
+                    g = tf.math.unsorted_segment_sum(g.values, g.indices, part.shape[0])
+                dense_parts.append(g)
+                row_squares.append(tf.reduce_sum(tf.square(g), axis=list(range(1, part.shape.rank))))
+        dense.append(dense_parts)
+        squares.append(tf.reduce_sum(tf.concat(row_squares, 0) if len(row_squares) > 1 else row_squares[0]))
     total = squares[0]
-    for s in squares[1:]:  # a fixed left-to-right order, unlike add_n
+    for s in squares[1:]:
         total = total + s
     global_norm = tf.sqrt(total)
-    if config.max_grad_norm > 0:
-        scale = config.max_grad_norm / tf.maximum(global_norm, config.max_grad_norm)
-        dense = [g * scale for g in dense]
-    updates = [v.assign_sub(learning_rate * g) for v, g in zip(variables, dense)]
+    scale = config.max_grad_norm / tf.maximum(global_norm, config.max_grad_norm) if config.max_grad_norm else 1.0
+    updates = []
+    for parts, dense_parts in zip(variables, dense):
+        for part, g in zip(parts if isinstance(parts, list) else [parts], dense_parts):
+            with tf.device(part.device):
+                updates.append(part.assign_sub(learning_rate * (g * scale)))
     return tf.group(*updates), global_norm
 
 

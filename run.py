@@ -32,7 +32,7 @@ def reference_step(config, seed, feed, num_workers):
         losses.append(loss)
         final_states.append(final_state)
         gradients.append(lm.worker_gradients(loss))
-    train_op, global_norm = model.sgd_update(config, list(lm.variables.values()),
+    train_op, global_norm = model.sgd_update(config, lm.variable_list,
                                              model.average_worker_gradients(gradients), feed.learning_rate)
     return lm, tf.add_n(losses) / num_workers, tf.concat(final_states, axis=2), global_norm, train_op
 

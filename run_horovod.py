@@ -51,7 +51,7 @@ def main():
     # Horovod: average over workers; IndexedSlices are allgathered, dense tensors allreduced.
     gradients = [hvd.allreduce(g, op=hvd.Average) for g in gradients]
     global_loss = hvd.allreduce(loss, op=hvd.Average)
-    train_op, global_norm = model.sgd_update(config, list(lm.variables.values()), gradients, feed.learning_rate)
+    train_op, global_norm = model.sgd_update(config, lm.variable_list, gradients, feed.learning_rate)
     saver = tf.compat.v1.train.Saver(lm.variables)
 
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:

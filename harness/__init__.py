@@ -10,6 +10,13 @@ if "tensorflow" in sys.modules:
 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import tensorflow as tf  # noqa: E402
+
+# Before any graph is built: some ops choose their implementation when they are created (with determinism
+# on, the softmax cross-entropy is built from LogSoftmax and Gather instead of its fused kernel), so a graph
+# built before this line computes other bits than one built after it.
+tf.config.experimental.enable_op_determinism()
+
 
 class UsageError(Exception):
     """Bad input or environment: reported as one line, exit status 2."""

@@ -28,6 +28,24 @@ positive_int = _int_at_least(1)
 non_negative_int = _int_at_least(0)
 
 
+def boolean(text):
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def host_list(text):
+    """host:port,host:port,... as a list."""
+    hosts = text.split(",")
+    for host in hosts:
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"expected host:port,..., got {host!r}")
+    return hosts
+
+
 def empty_parser(prog, description):
     """An argument parser whose errors are UsageErrors."""
     return _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,6 +1,7 @@
 """Starting the tasks of a distributed run, watching them, and tearing them down.
 
-    python -m harness.launch horovod --workers=2 -- --config=small --steps=300     (make run-horovod)
+    python -m harness.launch tf --workers=2 --ps=1 -- --config=small --steps=300     (make run-tf)
+    python -m harness.launch horovod --workers=2 -- --config=small --steps=300       (make run-horovod)
 
 A Task is what to run: a name ("worker1", "ps0"), a command line and its extra environment; the
 `*_tasks` functions build them for each architecture. A starter is how to start a task: `LocalProcess`
@@ -14,6 +15,7 @@ import dataclasses
 import importlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -131,19 +133,46 @@ def horovod_tasks(num_workers, runner_flags):
     return tasks, rendezvous.stop
 
 
+def free_loopback_ports(count):
+    """Ports free on 127.0.0.1 now (the OS picks them; a task binds its port moments later)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def parameter_server_tasks(script, num_workers, num_ps, runner_flags):
+    """The tasks of a parameter-server runner on this machine: ps0.. and worker0.., each a gRPC server on its
+    own loopback port, each told the whole cluster and its own place in it."""
+    ports = free_loopback_ports(num_ps + num_workers)
+    cluster = [f"--ps_hosts={','.join(f'127.0.0.1:{p}' for p in ports[:num_ps])}",
+               f"--worker_hosts={','.join(f'127.0.0.1:{p}' for p in ports[num_ps:])}"]
+    return [Task(f"{job}{i}", [sys.executable, os.path.join(REPO, script), f"--job_name={job}", f"--task_index={i}",
+                               *cluster, *runner_flags], {"PYTHONUNBUFFERED": "1"})
+            for job, count in (("ps", num_ps), ("worker", num_workers)) for i in range(count)]
+
+
 def main():
     parser = flags.empty_parser("python -m harness.launch", __doc__)
-    parser.add_argument("architecture", choices=["horovod"])
+    parser.add_argument("architecture", choices=["tf", "horovod"])
     parser.add_argument("--workers", type=flags.positive_int, default=2, help="worker processes")
+    parser.add_argument("--ps", type=flags.positive_int, default=1, help="parameter-server tasks (tf)")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
     args = parser.parse_args(argv[:split])
-    args.runner_flags = argv[split + 1:]
-    # Check the runner's flags here, once: bad input is one line before any task starts, not one per task.
-    runner = importlib.import_module("run_horovod")
-    runner_args = runner.parse_flags(args.runner_flags)
+    runner_flags = argv[split + 1:]
+    # The runner's flags are checked here, once: bad input is one line before any task starts, not one line
+    # per task.
+    if args.architecture == "tf":
+        tasks = parameter_server_tasks("run_tf.py", args.workers, args.ps, runner_flags)
+        importlib.import_module("run_tf").parse_flags(tasks[-1].argv[2:])
+        return run_tasks(tasks)
+    runner_args = importlib.import_module("run_horovod").parse_flags(runner_flags)
     data.shard(model.CONFIGS[runner_args.config].batch_size, 0, args.workers)
-    tasks, stop_rendezvous = horovod_tasks(args.workers, args.runner_flags)
+    tasks, stop_rendezvous = horovod_tasks(args.workers, runner_flags)
     try:
         return run_tasks(tasks)
     finally:
