@@ -1,7 +1,9 @@
 # make verify   the main job (installs what it needs first)
 # make test     the test suite
 # make run      single-device reference training          (run.py)
-# make run-horovod  allreduce training with Horovod        (run_horovod.py)
+# make run-tf   parameter servers, TensorFlow's runtime   (run_tf.py; ARGS=--sync=false for async)
+# make run-horovod  allreduce with Horovod                (run_horovod.py)
+# make run-parallax hybrid: sparse on PS, dense allreduced (run_parallax.py)
 # make bench    benchmarks (see README: Benchmarks)
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
@@ -32,7 +34,7 @@ RUN_FLAGS = --config=$(CONFIG) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=
             $(if $(DATA),--data_path=$(DATA))
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 
-.PHONY: setup test run run-horovod verify bench bench-overhead clean
+.PHONY: setup test run run-tf run-horovod run-parallax verify bench bench-overhead clean
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh
@@ -45,9 +47,17 @@ test: setup
 run: setup
 	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(ARGS)
 
+run-tf: setup
+	$(PYTHON) -m harness.launch tf --workers=$(WORKERS) --ps=$(PS) -- \
+	    $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(ARGS)
+
 run-horovod: setup
 	$(PYTHON) -m harness.launch horovod --workers=$(WORKERS) -- \
 	    $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
+
+run-parallax: setup
+	$(PYTHON) -m harness.launch parallax --workers=$(WORKERS) --ps=$(PS) -- \
+	    $(RUN_FLAGS) $(call ckpt_dir,run_parallax) $(ARGS)
 
 # Until the distributed runners land, verify trains the reference twice and checks that the two checkpoints
 # are bit-identical (the determinism every later comparison rests on).

@@ -222,30 +222,50 @@ def sgd_update(config, variables, gradients, learning_rate):
     A variable may come as the list of its partitions along the first axis, with the list of their
     gradients. The arithmetic of each part runs on the part's device, and the result does not depend on the
     partitioning: a variable's squared norm is the sum of its per-row sums of squares, concatenated over
-    the parts first. The norms of the variables are added in canonical order, left to right."""
-    dense, squares = [], []
-    for parts, part_gradients in zip(variables, gradients):
-        parts, part_gradients = (parts, part_gradients) if isinstance(parts, list) else ([parts], [part_gradients])
-        dense_parts, row_squares = [], []
-        for part, g in zip(parts, part_gradients):
-            with tf.device(part.device):
-                if isinstance(g, tf.IndexedSlices):
-                    g = tf.math.unsorted_segment_sum(g.values, g.indices, part.shape[0])
-                dense_parts.append(g)
-                row_squares.append(tf.reduce_sum(tf.square(g), axis=list(range(1, part.shape.rank))))
-        dense.append(dense_parts)
-        squares.append(tf.reduce_sum(tf.concat(row_squares, 0) if len(row_squares) > 1 else row_squares[0]))
-    total = squares[0]
-    for s in squares[1:]:
-        total = total + s
-    global_norm = tf.sqrt(total)
-    scale = config.max_grad_norm / tf.maximum(global_norm, config.max_grad_norm) if config.max_grad_norm else 1.0
-    updates = []
-    for parts, dense_parts in zip(variables, dense):
-        for part, g in zip(parts if isinstance(parts, list) else [parts], dense_parts):
-            with tf.device(part.device):
-                updates.append(part.assign_sub(learning_rate * (g * scale)))
+    the parts first. The three stages are separate functions for an architecture that runs them in
+    different places (run_parallax.py); composed as here, they are the rule."""
+    dense, squares = zip(*[dense_gradient_and_squared_norm(v, g) for v, g in zip(variables, gradients)])
+    global_norm, scale = clip_scale(config, squares)
+    updates = [apply_gradient(v, g, scale, learning_rate) for v, g in zip(variables, dense)]
     return tf.group(*updates), global_norm
+
+
+def _parts(variable, gradient):
+    return (variable, gradient) if isinstance(variable, list) else ([variable], [gradient])
+
+
+def dense_gradient_and_squared_norm(variable, gradient):
+    """(the dense gradient of each part, the variable's squared gradient norm)."""
+    dense, row_squares = [], []
+    for part, g in zip(*_parts(variable, gradient)):
+        with tf.device(part.device):
+            if isinstance(g, tf.IndexedSlices):
+                g = tf.math.unsorted_segment_sum(g.values, g.indices, part.shape[0])
+            dense.append(g)
+            row_squares.append(tf.reduce_sum(tf.square(g), axis=list(range(1, part.shape.rank))))
+    return dense, tf.reduce_sum(tf.concat(row_squares, 0) if len(row_squares) > 1 else row_squares[0])
+
+
+def clip_scale(config, squares):
+    """(global norm, factor that clips it to max_grad_norm) from the variables' squared norms, added in
+    canonical order, left to right (unlike add_n, whose order is the kernel's)."""
+    total = squares[0]
+    for square in squares[1:]:
+        total = total + square
+    global_norm = tf.sqrt(total)
+    if not config.max_grad_norm:
+        return global_norm, 1.0
+    return global_norm, config.max_grad_norm / tf.maximum(global_norm, config.max_grad_norm)
+
+
+def apply_gradient(variable, dense_parts, scale, learning_rate):
+    """var -= learning_rate * (gradient * scale), part by part on each part's device."""
+    parts = variable if isinstance(variable, list) else [variable]
+    updates = []
+    for part, g in zip(parts, dense_parts):
+        with tf.device(part.device):
+            updates.append(part.assign_sub(learning_rate * (g * scale)))
+    return tf.group(*updates)
 
 
 def learning_rate(config, epoch):

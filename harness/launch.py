@@ -2,6 +2,7 @@
 
     python -m harness.launch tf --workers=2 --ps=1 -- --config=small --steps=300     (make run-tf)
     python -m harness.launch horovod --workers=2 -- --config=small --steps=300       (make run-horovod)
+    python -m harness.launch parallax --workers=2 --ps=1 -- --config=small ...       (make run-parallax)
 
 A Task is what to run: a name ("worker1", "ps0"), a command line and its extra environment; the
 `*_tasks` functions build them for each architecture. A starter is how to start a task: `LocalProcess`
@@ -113,10 +114,10 @@ def run_tasks(tasks, starter=None, grace_seconds=5.0, poll_seconds=0.1):
             reader.join(timeout=grace_seconds)
 
 
-def horovod_tasks(num_workers, runner_flags):
-    """The tasks of run_horovod.py on this machine, started as horovodrun --gloo starts them: Horovod's
-    rendezvous server runs in this process, and each rank gets the environment that tells it its rank and
-    where the rendezvous is. Returns (tasks, stop_rendezvous)."""
+def horovod_environments(num_workers):
+    """The environment of each rank of a Horovod job on this machine, as horovodrun --gloo sets it up:
+    Horovod's rendezvous server runs in this process, and each rank learns its rank and where the
+    rendezvous is. Returns (one environment per rank, stop_rendezvous)."""
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
     from horovod.runner.http.http_server import RendezvousServer
@@ -125,12 +126,10 @@ def horovod_tasks(num_workers, runner_flags):
     port = rendezvous.start()
     slots = get_host_assignments(parse_hosts(f"localhost:{num_workers}"), num_workers)
     rendezvous.init(slots)
-    shared_env = {**create_run_env_vars("127.0.0.1", ["lo"], port), "PYTHONUNBUFFERED": "1",
-                  "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_SECONDS)}
-    tasks = [Task(f"worker{slot.rank}", [sys.executable, os.path.join(REPO, "run_horovod.py"), *runner_flags],
-                  {k: str(v) for k, v in {**shared_env, **create_slot_env_vars(slot)}.items()})
-             for slot in slots]
-    return tasks, rendezvous.stop
+    shared = {**create_run_env_vars("127.0.0.1", ["lo"], port), "PYTHONUNBUFFERED": "1",
+              "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_SECONDS)}
+    return [{k: str(v) for k, v in {**shared, **create_slot_env_vars(slot)}.items()} for slot in slots], \
+        rendezvous.stop
 
 
 def free_loopback_ports(count):
@@ -157,26 +156,33 @@ def parameter_server_tasks(script, num_workers, num_ps, runner_flags):
 
 def main():
     parser = flags.empty_parser("python -m harness.launch", __doc__)
-    parser.add_argument("architecture", choices=["tf", "horovod"])
+    parser.add_argument("architecture", choices=["tf", "horovod", "parallax"])
     parser.add_argument("--workers", type=flags.positive_int, default=2, help="worker processes")
-    parser.add_argument("--ps", type=flags.positive_int, default=1, help="parameter-server tasks (tf)")
+    parser.add_argument("--ps", type=flags.positive_int, default=1, help="parameter-server tasks (tf, parallax)")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
     args = parser.parse_args(argv[:split])
     runner_flags = argv[split + 1:]
+    script = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}[args.architecture]
+    if args.architecture == "horovod":
+        tasks = [Task(f"worker{r}", [sys.executable, os.path.join(REPO, script), *runner_flags])
+                 for r in range(args.workers)]
+    else:
+        tasks = parameter_server_tasks(script, args.workers, args.ps, runner_flags)
     # The runner's flags are checked here, once: bad input is one line before any task starts, not one line
     # per task.
-    if args.architecture == "tf":
-        tasks = parameter_server_tasks("run_tf.py", args.workers, args.ps, runner_flags)
-        importlib.import_module("run_tf").parse_flags(tasks[-1].argv[2:])
-        return run_tasks(tasks)
-    runner_args = importlib.import_module("run_horovod").parse_flags(runner_flags)
+    runner_args = importlib.import_module(script[:-3]).parse_flags(tasks[-1].argv[2:])
     data.shard(model.CONFIGS[runner_args.config].batch_size, 0, args.workers)
-    tasks, stop_rendezvous = horovod_tasks(args.workers, runner_flags)
+    stop_rendezvous = None
+    if args.architecture != "tf":  # the workers are Horovod ranks
+        environments, stop_rendezvous = horovod_environments(args.workers)
+        for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
+            task.env.update(environment)
     try:
         return run_tasks(tasks)
     finally:
-        stop_rendezvous()
+        if stop_rendezvous:
+            stop_rendezvous()
 
 
 if __name__ == "__main__":

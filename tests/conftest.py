@@ -17,6 +17,27 @@ def run_script(script, *flags, cwd, timeout=300):
                           text=True, timeout=timeout)
 
 
+def launch(architecture, *flags, cwd, env=None, **popen):
+    """The launcher, as `make run-tf` and `make run-horovod` start it: python -m harness.launch ARCH FLAGS."""
+    command = [sys.executable, "-m", "harness.launch", architecture, *flags]
+    return subprocess.Popen(command, cwd=cwd, env={**os.environ, "PYTHONPATH": REPO, **(env or {})}, text=True,
+                            **popen)
+
+
+def launch_and_wait(architecture, *flags, cwd):
+    """Runs the launcher to the end; returns its combined output, asserting success."""
+    process = launch(architecture, *flags, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    return output
+
+
+def processes_with(marker):
+    """PIDs of processes whose command line contains `marker` (the test's own excepted)."""
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found if int(pid) != os.getpid()]
+
+
 def checkpoint_tensors(directory):
     """{name: array} of the latest checkpoint in `directory`."""
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(directory)))

@@ -7,16 +7,9 @@ import time
 
 import pytest
 
-from conftest import REPO, bit_identical, checkpoint_tensors, run_script
+from conftest import REPO, bit_identical, checkpoint_tensors, launch, launch_and_wait, processes_with, run_script
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
-
-
-def launch(*flags, cwd, env=None, **popen):
-    """The launcher as `make run-horovod` starts it."""
-    command = [sys.executable, "-m", "harness.launch", "horovod", *flags]
-    environment = {**os.environ, "PYTHONPATH": REPO, **(env or {})}
-    return subprocess.Popen(command, cwd=cwd, env=environment, text=True, **popen)
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +18,8 @@ def runs(tmp_path_factory):
     reference = run_script("run.py", *TINY, "--emulate_workers=2", "--ckpt_dir=ckpt/reference", cwd=work)
     assert reference.returncode == 0, reference.stderr
     for name, extra in {"sparse": [], "dense": ["--sparse_as_dense"]}.items():
-        process = launch("--workers=2", "--", *TINY, *extra, f"--run_name={name}", f"--ckpt_dir=ckpt/{name}",
-                         cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        output, _ = process.communicate(timeout=300)
-        assert process.returncode == 0, output
+        output = launch_and_wait("horovod", "--workers=2", "--", *TINY, *extra, f"--run_name={name}",
+                                 f"--ckpt_dir=ckpt/{name}", cwd=work)
         assert "[worker0] [run_horovod] step 40/40" in output
     return work
 
@@ -40,24 +31,19 @@ def test_two_workers_match_the_reference_bit_for_bit(runs, path):
     assert [name for name in reference if not bit_identical(reference[name], horovod[name])] == []
 
 
-def _processes_with(marker):
-    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
-    return [pid for pid in found if int(pid) != os.getpid()]
-
-
 @pytest.mark.parametrize("victim", ["worker1", "worker0"])
 def test_a_killed_worker_takes_the_run_down(tmp_path, victim):
     marker = f"killtest-{victim}-{os.getpid()}"
-    process = launch("--workers=2", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
+    process = launch("horovod", "--workers=2", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
                      f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         while f"[worker0] [run_horovod] step 10/" not in process.stdout.readline():
             assert process.poll() is None, process.stderr.read()
-        pids = _processes_with(marker)
+        pids = processes_with(marker)
         victim_pid = [p for p in pids if f"HOROVOD_RANK={victim[-1]}\0".encode() in
                       open(f"/proc/{p}/environ", "rb").read()]
         assert len(victim_pid) == 1, pids
-        os.kill(int(victim_pid[0]), signal.SIGKILL)
+        os.kill(victim_pid[0], signal.SIGKILL)
         started = time.monotonic()
         process.wait(timeout=60)
         assert time.monotonic() - started < 60
@@ -67,7 +53,7 @@ def test_a_killed_worker_takes_the_run_down(tmp_path, victim):
     assert process.returncode == 1
     assert f"task {victim} was killed by signal 9" in process.stderr.read()
     time.sleep(0.5)
-    assert _processes_with(marker) == []  # no orphans
+    assert processes_with(marker) == []  # no orphans
     assert not (tmp_path / "checkpoints/run_horovod/checkpoint").exists()
     assert not (tmp_path / f"results/{marker}.json").exists()
 
@@ -79,7 +65,7 @@ def test_a_killed_worker_takes_the_run_down(tmp_path, victim):
     (["--", "--config=tiny", "--no_such_flag"], "--no_such_flag"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
-    process = launch(*flags, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = launch("horovod", *flags, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stdout, stderr = process.communicate(timeout=120)
     assert_usage_error(subprocess.CompletedProcess([], process.returncode, stdout, stderr), named)
     assert stdout == ""  # no task was started

@@ -1,0 +1,174 @@
+"""The parameter-server machinery that run_tf.py and run_parallax.py share: the cluster flags, each task's gRPC
+server and its failure handling, placement by size, shared queues, the parameter-server task itself, and the
+synchronous collection of exactly one gradient per worker per step."""
+import socket
+import sys
+
+import tensorflow as tf
+
+import harness
+from harness import data, determinism, flags
+import model
+
+
+def add_cluster_flags(parser):
+    parser.add_argument("--job_name", choices=["ps", "worker"], required=True)
+    parser.add_argument("--task_index", type=flags.non_negative_int, required=True)
+    parser.add_argument("--ps_hosts", type=flags.host_list, required=True, help="host:port,... of the PS tasks")
+    parser.add_argument("--worker_hosts", type=flags.host_list, required=True, help="host:port,... of the workers")
+    parser.add_argument("--partitions", type=flags.positive_int, default=1, help="parts of the embedding")
+    parser.add_argument("--timeout", type=flags.positive_int, default=20,
+                        help="seconds without progress after which a task looks for a dead task and exits")
+
+
+def check_cluster_flags(args):
+    tasks = args.ps_hosts if args.job_name == "ps" else args.worker_hosts
+    if args.task_index >= len(tasks):
+        raise harness.UsageError(f"--task_index={args.task_index}: there are only {len(tasks)} {args.job_name} tasks")
+    data.shard(model.CONFIGS[args.config].batch_size, 0, len(args.worker_hosts))
+
+
+class Cluster:
+    """This task's gRPC server, and the failure handling every session.run of the task goes through."""
+
+    def __init__(self, args):
+        self.args = args
+        self.spec = tf.train.ClusterSpec({"ps": args.ps_hosts, "worker": args.worker_hosts})
+        self.addresses = {f"{job}{i}": address for job in ("ps", "worker")
+                          for i, address in enumerate(self.spec.job_tasks(job))}
+        self.name = f"{args.job_name}{args.task_index}"
+        self.config = determinism.session_config(args)
+        # gRPC would report a taken port in many lines of its own; TensorFlow binds every interface.
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("", int(self.addresses[self.name].rsplit(":", 1)[1])))
+            except OSError as error:
+                raise harness.UsageError(f"cannot start the {self.name} server on {self.addresses[self.name]}: "
+                                         f"{error.strerror}")
+        self.server = tf.distribute.Server(self.spec, args.job_name, args.task_index, config=self.config)
+
+    def session(self, graph, peers):
+        """A session that needs only this task and `peers` (device filters: the others may come and go)."""
+        config = tf.compat.v1.ConfigProto()
+        config.CopyFrom(self.config)
+        config.device_filters[:] = [f"/job:{self.args.job_name}/task:{self.args.task_index}", *peers]
+        return tf.compat.v1.Session(self.server.target, graph=graph, config=config)
+
+    def run(self, session, fetches, feed=None, timeout=None):
+        """session.run that gives up after `timeout` seconds without a result, and then names the dead task."""
+        options = tf.compat.v1.RunOptions(timeout_in_ms=1000 * (timeout or self.args.timeout))
+        try:
+            return session.run(fetches, feed, options=options)
+        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError) as error:
+            self.exit_if_unreachable(self.addresses)
+            self.stop(f"no progress ({' '.join(error.message.split())})")
+
+    def exit_if_unreachable(self, tasks):
+        dead = [task for task in tasks if task != self.name and not self.reachable(task)]
+        if dead:
+            self.stop(f"{', '.join(dead)} is unreachable")
+
+    def reachable(self, task):
+        host, port = self.addresses[task].rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return True
+        except OSError:
+            return False
+
+    def stop(self, why):
+        print(f"[{self.name}] stopping: {why}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+class GreedyBySize:
+    """replica_device_setter's ps_strategy: each variable goes to the parameter server with the fewest bytes
+    so far (TF 1.x's GreedyLoadBalancingStrategy with byte_size_load_fn, which TF 2 no longer ships). Every
+    worker builds its graph in the same order, so every worker computes the same placement."""
+
+    def __init__(self, num_ps):
+        self.loads = [0] * num_ps
+
+    def __call__(self, op):
+        size = tf.TensorShape(op.get_attr("shape")).num_elements() * tf.as_dtype(op.get_attr("dtype")).size
+        task = self.loads.index(min(self.loads))
+        self.loads[task] += size
+        return task
+
+
+def queue(name, dtypes, device, capacity=1):
+    """A queue on `device` that every task's graph names alike, so they all share it."""
+    with tf.device(device):
+        return tf.queue.FIFOQueue(capacity, dtypes, shared_name=name, name=name.replace("/", "_"))
+
+
+def serve(cluster, args):
+    """A parameter server: holds variables until the chief says the run is over (or is gone)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        done = queue(f"done/ps{args.task_index}", [tf.int32], f"/job:ps/task:{args.task_index}").dequeue()
+    with cluster.session(graph, ["/job:worker/task:0"]) as session:
+        while True:
+            try:
+                session.run(done, options=tf.compat.v1.RunOptions(timeout_in_ms=2000))
+                return
+            except tf.errors.DeadlineExceededError:
+                cluster.exit_if_unreachable(["worker0"])  # the chief
+
+
+def collect_gradients(parts, gradients, step, rank, num_workers, chief):
+    """Synchronous collection of exactly one gradient per worker per step, for the variable parts `parts`.
+
+    Every worker puts its gradient of each part, tagged with `step`, into a queue of its own (capacity 1) on
+    the part's parameter server. Returns those enqueue ops and, on the chief, the W workers' gradients taken
+    from the queues in worker order, on each part's server (W lists structured as `parts`); a gradient
+    tagged with another step fails the run."""
+    def gradient_queue(part, worker):
+        return queue(f"gradient/{part.op.name}/worker{worker}", [tf.int64, tf.float32, tf.int32], part.device)
+
+    send = [gradient_queue(part, rank).enqueue(_as_tuple(step, g)) for part, g in zip(parts, gradients)]
+    if not chief:
+        return send, None
+    received = [[] for _ in range(num_workers)]
+    for part, own in zip(parts, gradients):
+        with tf.device(part.device):
+            for worker in range(num_workers):
+                tag, values, indices = gradient_queue(part, worker).dequeue()
+                with tf.control_dependencies([tf.debugging.assert_equal(tag, step, message="stale gradient")]):
+                    values = tf.identity(values)
+                received[worker].append(_from_tuple(values, indices, own, part))
+    return send, received
+
+
+def _as_tuple(step, gradient):
+    """(step, values, indices) of a gradient; a dense one has no indices."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return [step, gradient.values, gradient.indices]
+    return [step, gradient, tf.zeros([0], tf.int32)]
+
+
+def _from_tuple(values, indices, like, part):
+    """The gradient of `part` from a queue's (values, indices), of the same kind as `like`."""
+    if isinstance(like, tf.IndexedSlices):
+        values.set_shape([None] + part.shape.as_list()[1:])
+        indices.set_shape([None])
+        return tf.IndexedSlices(values, indices, like.dense_shape)
+    return tf.reshape(values, part.shape)
+
+
+def gradient_kinds(lm, gradients):
+    """{variable name: "sparse" or "dense"} from the type of its gradient (Parallax's classification);
+    `gradients` is structured as lm.variable_list."""
+    return {name: "sparse" if isinstance(tf.nest.flatten(g)[0], tf.IndexedSlices) else "dense"
+            for name, g in zip(lm.variables, gradients)}
+
+
+def print_placement(runner, lm, kinds):
+    """The placement table: variable (or part), kind of gradient, shape, bytes, device."""
+    print(f"[{runner}] placement:", flush=True)
+    for name, variable in zip(lm.variables, lm.variable_list):
+        for part in tf.nest.flatten(variable):
+            size = part.shape.num_elements() * part.dtype.size
+            print(f"[{runner}]   {part.op.name:20s} {kinds[name]:6s} {str(part.shape.as_list()):12s} "
+                  f"{size:>11,d} bytes  {part.device}", flush=True)

@@ -1,0 +1,152 @@
+"""Parallax's hybrid architecture: sparse variables on parameter servers, dense variables replicated on the
+workers and averaged by allreduce (Kim et al., "Parallax: Sparsity-aware Data Parallel Training of Deep
+Neural Networks", EuroSys 2019, arXiv:1808.02621).
+
+    make run-parallax WORKERS=2 PS=1
+
+Parallax itself needs its own TensorFlow 1.x fork and Python 2.7/3.6 and cannot be installed on a current
+Python (docs/setup.md). This runner rebuilds its architecture on real engines, TensorFlow's distributed
+runtime for the parameter servers and Horovod for the allreduce; it does not run Parallax's code.
+
+As Parallax does, it decides placement from the gradients: a variable whose gradient is tf.IndexedSlices
+is sparse and lives on the parameter servers (the embedding, in --partitions parts spread by size); every
+other variable is dense, replicated on every worker and averaged with hvd.allreduce. Each step, in one
+session.run per worker: every worker sends its sparse gradient, tagged with the step, to a queue of its
+own on the parameter servers and allreduces its dense gradients; the chief takes exactly one sparse
+gradient from each worker, averages them (or sums them, --average_sparse=false, Parallax's default),
+computes the global norm from both kinds, applies the sparse update on the parameter servers and hands
+every worker the clipping factor, with which every worker applies the same dense update to its replica.
+"""
+import time
+
+import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
+from harness import data, flags, ps
+from harness.recorder import Recorder
+from harness.training import StepFeed
+import tensorflow as tf
+
+import model
+
+try:
+    import horovod.tensorflow as hvd
+except ImportError as error:  # absent, or built against another TensorFlow
+    hvd, HOROVOD_ERROR = None, error
+
+
+def parse_flags(argv=None):
+    parser = flags.parser("run_parallax", __doc__)
+    ps.add_cluster_flags(parser)
+    parser.add_argument("--average_sparse", type=flags.boolean, default=True,
+                        help="average the sparse gradients over workers (default) or sum them, as Parallax does "
+                             "by default")
+    args = flags.parse(parser, argv)
+    ps.check_cluster_flags(args)
+    return args
+
+
+def hybrid_placement(kinds, num_ps, worker_device):
+    """A device function: sparse variables (or their parts) on the parameter servers, spread by size; every
+    other op without a device of its own on this worker."""
+    greedy = ps.GreedyBySize(num_ps)
+
+    def place(op):
+        if op.type == "VarHandleOp" and kinds.get(op.name.split("/part_")[0]) == "sparse":
+            return f"/job:ps/task:{greedy(op)}"
+        return op.device or worker_device
+    return place
+
+
+def sum_worker_gradients(per_worker):
+    """Parallax's default for sparse gradients: the workers' rows concatenated in worker order, not divided
+    by W (model.average_worker_gradients divides)."""
+    return [tf.IndexedSlices(tf.concat([g.values for g in grads], 0), tf.concat([g.indices for g in grads], 0),
+                             grads[0].dense_shape) for grads in zip(*per_worker)]
+
+
+def main():
+    args = parse_flags()
+    if hvd is None:
+        raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
+    config = model.CONFIGS[args.config]
+    cluster = ps.Cluster(args)
+    if args.job_name == "ps":
+        return ps.serve(cluster, args)
+    hvd.init()  # Parallax: every worker is also a Horovod rank, the same as its task index
+    rank, num_workers = args.task_index, len(args.worker_hosts)
+    if (hvd.rank(), hvd.size()) != (rank, num_workers):
+        raise harness.UsageError(f"Horovod rank {hvd.rank()} of {hvd.size()} is not worker {rank} of {num_workers}")
+    chief = rank == 0
+    rows = data.shard(config.batch_size, rank, num_workers)
+    batches = data.load(args, config)
+
+    tf.compat.v1.disable_eager_execution()
+    # Parallax: the kinds of variables come from the gradients of the model, built once in a scratch graph.
+    with tf.Graph().as_default():
+        scratch = model.LSTMLanguageModel(config, args.seed)
+        feed = StepFeed(config, batches, rows)
+        kinds = ps.gradient_kinds(scratch, scratch.worker_gradients(
+            scratch.loss(feed.inputs, feed.targets, feed.initial_state)[0]))
+
+    feed = StepFeed(config, batches, rows)
+    with tf.compat.v1.device(hybrid_placement(kinds, len(args.ps_hosts), f"/job:worker/task:{rank}")):
+        lm = model.LSTMLanguageModel(config, args.seed, embedding_partitions=args.partitions)
+        loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
+                                    lm.dropout_masks(args.seed, feed.step, rows))
+        gradients, variables = lm.worker_gradients(loss), lm.variable_list
+        sparse = [i for i, name in enumerate(lm.variables) if kinds[name] == "sparse"]
+        dense = [i for i, name in enumerate(lm.variables) if kinds[name] == "dense"]
+        # Parallax: dense gradients are averaged by allreduce, and kept on every worker.
+        local = {i: model.dense_gradient_and_squared_norm(variables[i], hvd.allreduce(gradients[i], op=hvd.Average))
+                 for i in dense}
+        # Parallax: sparse gradients go to the parameter servers, exactly one per worker per step.
+        send, received = ps.collect_gradients(tf.nest.flatten([variables[i] for i in sparse]),
+                                              tf.nest.flatten([gradients[i] for i in sparse]),
+                                              feed.step, rank, num_workers, chief)
+        scale_queues = [ps.queue(f"scale/worker{r}", [tf.float32, tf.float32], "/job:ps/task:0")
+                        for r in range(num_workers)]
+        if chief:  # Parallax: the chief combines sparse gradients, computes the norm, applies sparse updates
+            combined = (model.average_worker_gradients if args.average_sparse else sum_worker_gradients)(received)
+            combined = tf.nest.pack_sequence_as([variables[i] for i in sparse], combined)
+            remote = {i: model.dense_gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}
+            global_norm, scale = model.clip_scale(config, [{**local, **remote}[i][1] for i in range(len(variables))])
+            with tf.control_dependencies([model.apply_gradient(variables[i], remote[i][0], scale, feed.learning_rate)
+                                          for i in sparse]):
+                publish = [q.enqueue([scale, global_norm]) for q in scale_queues]
+            start = [q.enqueue([0.0, 0.0]) for q in scale_queues]
+        wait_for_start = scale_queues[rank].dequeue()
+        scale, global_norm = scale_queues[rank].dequeue()  # the chief's clipping factor of this step
+        dense_update = [model.apply_gradient(variables[i], local[i][0], scale, feed.learning_rate) for i in dense]
+        global_loss = hvd.allreduce(loss, op=hvd.Average)
+    step_op = [send, dense_update] + ([publish] if chief else [])
+    done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
+    saver = tf.compat.v1.train.Saver(lm.variables)
+    replicated = [v for name, v in lm.variables.items() if kinds[name] == "dense"]
+    if chief:
+        ps.print_placement("run_parallax", lm, kinds)
+
+    with cluster.session(tf.compat.v1.get_default_graph(), ["/job:ps"]) as session:
+        session.run(tf.compat.v1.variables_initializer(replicated))
+        session.run(hvd.broadcast_variables(replicated, root_rank=0))  # Parallax: rank 0's dense values
+        if chief:  # the first run waits for the parameter servers to come up
+            cluster.run(session, tf.compat.v1.variables_initializer(
+                tf.nest.flatten([variables[i] for i in sparse])), timeout=120)
+            cluster.run(session, start)
+            recorder = Recorder(args, config, "run_parallax", num_workers)
+        cluster.run(session, wait_for_start, timeout=120)
+        clock = time.perf_counter()
+        state = None
+        for step in range(args.steps):
+            step_loss, state, norm, _ = cluster.run(session, [global_loss, final_state, global_norm, step_op],
+                                                    feed(step, state), timeout=120 if step == 0 else None)
+            now = time.perf_counter()
+            if chief:
+                recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm)
+            clock = now
+        if chief:
+            recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
+                            average_sparse=args.average_sparse, variable_kinds=kinds)
+            cluster.run(session, done)  # the parameter servers may exit
+
+
+if __name__ == "__main__":
+    harness.main(main)

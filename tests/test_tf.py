@@ -1,0 +1,150 @@
+"""run_tf.py, the parameter-server runner, on the tiny config."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import (REPO, bit_identical, checkpoint_tensors, launch, launch_and_wait, processes_with, read_jsonl,
+                      run_script)
+
+TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    work = tmp_path_factory.mktemp("tf")
+    reference = run_script("run.py", *TINY, "--emulate_workers=2", "--run_name=reference",
+                           "--ckpt_dir=ckpt/reference", cwd=work)
+    assert reference.returncode == 0, reference.stderr
+    outputs = {}
+    for name, launcher_flags, extra in [("one_ps", ["--ps=1"], []),
+                                        ("two_ps", ["--ps=2"], ["--partitions=3"]),
+                                        ("async", ["--ps=1"], ["--sync=false"])]:
+        outputs[name] = launch_and_wait("tf", "--workers=2", *launcher_flags, "--", *TINY, *extra,
+                                        f"--run_name={name}", f"--ckpt_dir=ckpt/{name}", cwd=work)
+    return work, outputs
+
+
+@pytest.mark.parametrize("name", ["one_ps", "two_ps"])
+def test_synchronous_training_matches_the_reference_bit_for_bit(runs, name):
+    work, _ = runs
+    reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / f"ckpt/{name}")
+    assert sorted(trained) == sorted(reference)  # a partitioned embedding is saved whole, under its own name
+    assert [n for n in reference if not bit_identical(reference[n], trained[n])] == []
+    losses = [[r["loss"] for r in read_jsonl(work / f"results/{run}.jsonl")] for run in ("reference", name)]
+    assert losses[0] == losses[1]
+
+
+def test_the_placement_is_printed_and_spread_by_size(runs):
+    _, outputs = runs
+    placement = [line for line in outputs["two_ps"].splitlines() if " bytes " in line]
+    devices = {line.split()[2]: line.split()[-1] for line in placement}
+    assert [line.split()[2] for line in placement][:3] == ["embedding/part_0", "embedding/part_1",
+                                                           "embedding/part_2"]
+    assert set(devices.values()) == {"/job:ps/task:0", "/job:ps/task:1"}
+    assert devices["embedding/part_0"] != devices["embedding/part_1"]  # greedy: the next part to the other PS
+
+
+def test_asynchronous_training_trains_differs_and_reports_staleness(runs):
+    work, _ = runs
+    summary = json.loads((work / "results/async.json").read_text())
+    assert summary["mode"] == "async"
+    staleness = summary["staleness"]
+    assert sum(staleness["chief_histogram"]) == 40 and staleness["chief_max"] >= 0
+    losses = [r["loss"] for r in read_jsonl(work / "results/async.jsonl")]
+    assert np.mean(losses[-10:]) < losses[0] - 0.5
+    reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / "ckpt/async")
+    assert any(not bit_identical(reference[n], trained[n]) for n in reference)
+
+
+@pytest.mark.parametrize("victim", ["worker1", "ps0"])
+def test_a_killed_task_takes_the_run_down(tmp_path, victim):
+    marker = f"tf-kill-{victim}-{os.getpid()}"
+    process = launch("tf", "--workers=2", "--ps=1", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
+                     f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while "[worker0] [run_tf] step 10/" not in process.stdout.readline():
+            assert process.poll() is None, process.stderr.read()
+        job, index = ("ps", 0) if victim == "ps0" else ("worker", 1)
+        command_lines = {pid: open(f"/proc/{pid}/cmdline").read().split("\0") for pid in processes_with(marker)}
+        pids = [pid for pid, argv in command_lines.items()
+                if f"--job_name={job}" in argv and f"--task_index={index}" in argv]
+        assert len(pids) == 1
+        os.kill(pids[0], signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1
+    assert f"task {victim} was killed by signal 9" in process.stderr.read()
+    time.sleep(0.5)
+    assert processes_with(marker) == []
+    assert not (tmp_path / "checkpoints/run_tf/checkpoint").exists()
+
+
+def test_tasks_started_by_hand_stop_by_themselves_when_a_worker_dies(tmp_path):
+    """Without the launcher (one command per machine), the tasks detect the dead one themselves."""
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    cluster = [f"--ps_hosts=127.0.0.1:{ports[0]}", f"--worker_hosts=127.0.0.1:{ports[1]},127.0.0.1:{ports[2]}"]
+    tasks = {name: subprocess.Popen([sys.executable, os.path.join(REPO, "run_tf.py"), f"--job_name={job}",
+                                     f"--task_index={index}", *cluster, "--config=tiny", "--steps=1000000",
+                                     "--log_every=10", "--timeout=10"],
+                                    cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, job, index in [("ps0", "ps", 0), ("worker0", "worker", 0), ("worker1", "worker", 1)]}
+    try:
+        while "step 10/" not in tasks["worker0"].stdout.readline():
+            assert tasks["worker0"].poll() is None, tasks["worker0"].stderr.read()
+        tasks["worker1"].kill()
+        started = time.monotonic()
+        for name in ("worker0", "ps0"):
+            tasks[name].wait(timeout=60)
+        assert time.monotonic() - started < 60
+    finally:
+        for task in tasks.values():
+            if task.poll() is None:
+                task.kill()
+    assert tasks["worker0"].returncode == 1 and "worker1 is unreachable" in tasks["worker0"].stderr.read()
+    assert tasks["ps0"].returncode == 1 and "worker0 is unreachable" in tasks["ps0"].stderr.read()
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--workers=3", "--", "--config=tiny"], "3 workers do not divide the global batch of 4 rows"),
+    (["--workers=0", "--", "--config=tiny"], "--workers"),
+    (["--ps=0", "--", "--config=tiny"], "--ps"),
+    (["--", "--config=tiny", "--sync=maybe"], "--sync"),
+    (["--", "--config=tiny", "--partitions=0"], "--partitions"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
+    process = launch("tf", *flags, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = process.communicate(timeout=120)
+    assert_usage_error(subprocess.CompletedProcess([], process.returncode, stdout, stderr), named)
+    assert stdout == ""
+
+
+def test_a_port_in_use_is_bad_input(tmp_path, assert_usage_error):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = run_script("run_tf.py", "--config=tiny", "--job_name=ps", "--task_index=0",
+                            f"--ps_hosts={address}", "--worker_hosts=127.0.0.1:1", cwd=tmp_path)
+    assert_usage_error(result, "cannot start the ps0 server", address)
+
+
+def test_bad_cluster_flags_are_bad_input(tmp_path, assert_usage_error):
+    result = run_script("run_tf.py", "--config=tiny", "--job_name=worker", "--task_index=2",
+                        "--ps_hosts=127.0.0.1:5000", "--worker_hosts=127.0.0.1:5001,127.0.0.1:5002", cwd=tmp_path)
+    assert_usage_error(result, "--task_index=2: there are only 2 worker tasks")
+    result = run_script("run_tf.py", "--config=tiny", "--job_name=ps", "--task_index=0", "--ps_hosts=nohost",
+                        "--worker_hosts=127.0.0.1:5001", cwd=tmp_path)
+    assert_usage_error(result, "--ps_hosts")
