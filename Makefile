@@ -28,7 +28,7 @@ HOSTS    ?=
 CKPT_DIR ?=
 ARGS     ?=
 
-VERIFY_STEPS := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),100)
+VERIFY_STEPS := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),60)
 
 SHELL  := /bin/bash
 PYTHON := .venv/bin/python
@@ -61,7 +61,7 @@ run-parallax: setup
 	$(PYTHON) -m harness.launch parallax --workers=$(WORKERS) --ps=$(PS) -- \
 	    $(RUN_FLAGS) $(call ckpt_dir,run_parallax) $(ARGS)
 
-# The main job: every architecture trains the same model (verify.py). Without STEPS=, 100 steps: about
+# The main job: every architecture trains the same model (verify.py). Without STEPS=, 60 steps: about
 # 5 minutes for the small config on 2 cores.
 verify: setup
 	$(PYTHON) verify.py $(subst --steps=$(STEPS),--steps=$(VERIFY_STEPS),$(RUN_FLAGS)) --workers=$(WORKERS) \

@@ -84,7 +84,7 @@ def main():
     with tf.Graph().as_default():
         scratch = model.LSTMLanguageModel(config, args.seed)
         feed = StepFeed(config, batches, rows)
-        kinds = ps.gradient_kinds(scratch, scratch.worker_gradients(
+        kinds = ps.gradient_kinds(scratch.variables, scratch.worker_gradients(
             scratch.loss(feed.inputs, feed.targets, feed.initial_state)[0]))
 
     feed = StepFeed(config, batches, rows)

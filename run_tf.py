@@ -67,7 +67,7 @@ def main():
     done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
     saver = tf.compat.v1.train.Saver(lm.variables)
     if chief:
-        ps.print_placement("run_tf", lm, ps.gradient_kinds(lm, gradients))
+        ps.print_placement("run_tf", lm, ps.gradient_kinds(lm.variables, gradients))
 
     with cluster.session(tf.compat.v1.get_default_graph(), ["/job:ps"]) as session:
         if chief:  # the first run waits for the parameter servers to come up

@@ -157,11 +157,11 @@ def _from_tuple(values, indices, like, part):
     return tf.reshape(values, part.shape)
 
 
-def gradient_kinds(lm, gradients):
-    """{variable name: "sparse" or "dense"} from the type of its gradient (Parallax's classification);
-    `gradients` is structured as lm.variable_list."""
+def gradient_kinds(names, gradients):
+    """{variable name: "sparse" or "dense"} from the type of its gradient (Parallax's classification); a
+    partitioned variable's gradient is the list of its parts'."""
     return {name: "sparse" if isinstance(tf.nest.flatten(g)[0], tf.IndexedSlices) else "dense"
-            for name, g in zip(lm.variables, gradients)}
+            for name, g in zip(names, gradients)}
 
 
 def print_placement(runner, lm, kinds):

@@ -1,0 +1,121 @@
+"""run_parallax.py, the hybrid runner, on the tiny config; and its placement rule on other models."""
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import model
+import run_parallax
+from conftest import bit_identical, checkpoint_tensors, launch, launch_and_wait, processes_with, run_script
+from harness import ps
+
+TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    work = tmp_path_factory.mktemp("parallax")
+    reference = run_script("run.py", *TINY, "--emulate_workers=2", "--run_name=reference",
+                           "--ckpt_dir=ckpt/reference", cwd=work)
+    assert reference.returncode == 0, reference.stderr
+    outputs = {}
+    for name, launcher_flags, extra in [("one_ps", ["--ps=1"], []), ("two_ps", ["--ps=2"], ["--partitions=2"])]:
+        outputs[name] = launch_and_wait("parallax", "--workers=2", *launcher_flags, "--", *TINY, *extra,
+                                        f"--run_name={name}", f"--ckpt_dir=ckpt/{name}", cwd=work)
+    return work, outputs
+
+
+@pytest.mark.parametrize("name", ["one_ps", "two_ps"])
+def test_hybrid_training_matches_the_reference_bit_for_bit(runs, name):
+    work, _ = runs
+    reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / f"ckpt/{name}")
+    assert sorted(trained) == sorted(reference)
+    assert [n for n in reference if not bit_identical(reference[n], trained[n])] == []
+
+
+def test_the_embedding_lives_on_the_parameter_servers_and_the_rest_on_the_workers(runs):
+    _, outputs = runs
+    rows = [line.split()[2:] for line in outputs["two_ps"].splitlines() if " bytes " in line]
+    where = {row[0]: (row[1], row[-1]) for row in rows}
+    assert where["embedding/part_0"] == ("sparse", "/job:ps/task:0")
+    assert where["embedding/part_1"] == ("sparse", "/job:ps/task:1")
+    for name in ["lstm_0/kernel", "lstm_0/bias", "lstm_1/kernel", "lstm_1/bias", "softmax_w", "softmax_b"]:
+        assert where[name] == ("dense", "/job:worker/task:0")
+
+
+def test_summing_sparse_gradients_doubles_the_first_embedding_step(tmp_path):
+    """Parallax's default (--average_sparse=false) sums the embedding's gradients over workers instead of
+    averaging them: with 2 workers and no clipping (the first global norm is about 1.2, under 5), the first
+    update of the embedding is twice the reference's, and every other variable's is the reference's."""
+    one_step = ["--config=tiny", "--steps=1", "--warmup_steps=0"]
+    assert run_script("run.py", *one_step, "--emulate_workers=2", "--ckpt_dir=reference", cwd=tmp_path).returncode == 0
+    launch_and_wait("parallax", "--workers=2", "--", *one_step, "--average_sparse=false", "--ckpt_dir=summed",
+                    cwd=tmp_path)
+    reference, summed = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "summed")
+    initial = model.initial_value(model.CONFIGS["tiny"], 1, "embedding")
+    np.testing.assert_allclose(summed["embedding"] - initial, 2 * (reference["embedding"] - initial),
+                               rtol=1e-4, atol=1e-9)
+    assert np.abs(reference["embedding"] - initial).max() > 1e-4
+    assert all(bit_identical(reference[n], summed[n]) for n in reference if n != "embedding")
+
+
+def test_the_placement_rule_on_models_with_one_kind_of_variable():
+    """Sparse is what has an IndexedSlices gradient: a model with only dense gradients degrades to pure
+    allreduce (nothing on the parameter servers), one with only sparse ones to pure PS."""
+    with tf.Graph().as_default():
+        table = tf.Variable(np.ones([10, 3], np.float32), name="table")
+        weights = tf.Variable(np.ones([3, 2], np.float32), name="weights")
+        only_sparse = tf.reduce_sum(tf.nn.embedding_lookup(table, [1, 2, 1]))
+        only_dense = tf.reduce_sum(tf.matmul(tf.ones([1, 3]), weights))
+        assert ps.gradient_kinds(["table"], tf.gradients(only_sparse, [table])) == {"table": "sparse"}
+        assert ps.gradient_kinds(["weights"], tf.gradients(only_dense, [weights])) == {"weights": "dense"}
+
+    place = run_parallax.hybrid_placement({"table": "sparse", "weights": "dense"}, 2, "/job:worker/task:1")
+    with tf.Graph().as_default():
+        handles = [tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=shape, name=name, shared_name=name).op
+                   for name, shape in [("table", [10, 3]), ("weights", [3, 2])]]
+        assert [place(op) for op in handles] == ["/job:ps/task:0", "/job:worker/task:1"]
+        with tf.device("/job:ps/task:1"):
+            queue_op = tf.queue.FIFOQueue(1, [tf.int32]).queue_ref.op
+        assert place(queue_op) == "/job:ps/task:1"  # an op's own device stands
+
+
+@pytest.mark.parametrize("victim", ["worker1", "ps0"])
+def test_a_killed_task_takes_the_run_down(tmp_path, victim):
+    marker = f"parallax-kill-{victim}-{os.getpid()}"
+    process = launch("parallax", "--workers=2", "--ps=1", "--", "--config=tiny", "--steps=1000000",
+                     "--log_every=10", f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE)
+    try:
+        while "[worker0] [run_parallax] step 10/" not in process.stdout.readline():
+            assert process.poll() is None, process.stderr.read()
+        job, index = ("ps", 0) if victim == "ps0" else ("worker", 1)
+        command_lines = {pid: open(f"/proc/{pid}/cmdline").read().split("\0") for pid in processes_with(marker)}
+        pids = [pid for pid, argv in command_lines.items()
+                if f"--job_name={job}" in argv and f"--task_index={index}" in argv]
+        assert len(pids) == 1
+        os.kill(pids[0], signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1
+    assert f"task {victim} was killed by signal 9" in process.stderr.read()
+    time.sleep(0.5)
+    assert processes_with(marker) == []
+    assert not (tmp_path / "checkpoints/run_parallax/checkpoint").exists()
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--workers=3", "--", "--config=tiny"], "3 workers do not divide the global batch of 4 rows"),
+    (["--", "--config=tiny", "--average_sparse=sometimes"], "--average_sparse"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
+    process = launch("parallax", *flags, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = process.communicate(timeout=120)
+    assert_usage_error(subprocess.CompletedProcess([], process.returncode, stdout, stderr), named)
+    assert stdout == ""
