@@ -49,15 +49,25 @@ test: setup
 run: setup
 	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(ARGS)
 
+no_hosts = $(if $(HOSTS),$(error HOSTS= is not built yet for $(1): start one task per machine by hand (README)))
+
 run-tf: setup
+	$(call no_hosts,run-tf)
 	$(PYTHON) -m harness.launch tf --workers=$(WORKERS) --ps=$(PS) -- \
 	    $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(ARGS)
 
+# HOSTS=h1:1,h2:1: horovodrun starts the ranks over ssh (same repository path and .venv on every host).
 run-horovod: setup
+ifeq ($(HOSTS),)
 	$(PYTHON) -m harness.launch horovod --workers=$(WORKERS) -- \
 	    $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
+else
+	.venv/bin/horovodrun --gloo -np $(WORKERS) -H $(HOSTS) --gloo-timeout-seconds 30 \
+	    $(abspath $(PYTHON)) run_horovod.py $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
+endif
 
 run-parallax: setup
+	$(call no_hosts,run-parallax)
 	$(PYTHON) -m harness.launch parallax --workers=$(WORKERS) --ps=$(PS) -- \
 	    $(RUN_FLAGS) $(call ckpt_dir,run_parallax) $(ARGS)
 

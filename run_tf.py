@@ -136,14 +136,20 @@ class AsynchronousStep:
         with tf.control_dependencies([train_op]):
             applied_step = global_step.assign_add(1)
         self.fetches = [loss, final_state, global_norm, read_step, applied_step]
+        # The variables must be initialised (by the chief) before anyone reads them.
+        started = [ps.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
+        self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
         finished = ps.queue("finished", [tf.int32], "/job:ps/task:0", capacity=num_workers)
         self.finish_own = finished.enqueue([rank])
         self.wait_for_all = [finished.dequeue() for _ in range(num_workers)]
         self.staleness, self.last_applied = [], 0
 
     def run(self, cluster, session, step, step_feed):
-        loss, state, norm, read, applied = cluster.run(session, self.fetches, step_feed,
-                                                       timeout=120 if step == 0 else None)
+        if step == 0:
+            if self.chief:
+                cluster.run(session, self.start)
+            cluster.run(session, self.wait_for_start, timeout=120)
+        loss, state, norm, read, applied = cluster.run(session, self.fetches, step_feed)
         self.staleness.append(int(applied - 1 - read))
         # The words of every update applied since this worker's previous one, its own included.
         words = int(applied - self.last_applied) * self.config.words_per_batch // self.num_workers

@@ -1,6 +1,6 @@
 """make verify: do the four architectures train the same model?
 
-    python verify.py --config=small --steps=100 --workers=2 --ps=1
+    python verify.py --config=small --steps=60 --workers=2 --ps=1
 
 Trains with one seed and config: the reference (run.py --emulate_workers=W), the parameter servers
 synchronously (run_tf.py), Horovod with the sparse path and with --sparse_as_dense (run_horovod.py), the
@@ -51,7 +51,7 @@ def parse_flags():
     parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated (default: all)")
     parser.add_argument("--runner_args", action="append", default=[], metavar="NAME=FLAGS",
                         help="extra flags for one run, e.g. parallax=--average_sparse=false")
-    parser.set_defaults(steps=100, ckpt_dir=os.path.join("checkpoints", "verify"))
+    parser.set_defaults(steps=60, ckpt_dir=os.path.join("checkpoints", "verify"))
     args = flags.parse(parser)
     args.runs = args.runs.split(",")
     unknown = [name for name in args.runs if name not in RUNS]

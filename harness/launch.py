@@ -14,6 +14,7 @@ the others are stopped: a dead task takes the whole run down at once, with a mes
 import ctypes
 import dataclasses
 import importlib
+import json
 import os
 import signal
 import socket
@@ -23,7 +24,7 @@ import threading
 import time
 
 import harness
-from harness import data, flags
+from harness import data, flags, partition_search
 import model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,28 +155,20 @@ def parameter_server_tasks(script, num_workers, num_ps, runner_flags):
             for job, count in (("ps", num_ps), ("worker", num_workers)) for i in range(count)]
 
 
-def main():
-    parser = flags.empty_parser("python -m harness.launch", __doc__)
-    parser.add_argument("architecture", choices=["tf", "horovod", "parallax"])
-    parser.add_argument("--workers", type=flags.positive_int, default=2, help="worker processes")
-    parser.add_argument("--ps", type=flags.positive_int, default=1, help="parameter-server tasks (tf, parallax)")
-    argv = sys.argv[1:]
-    split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
-    args = parser.parse_args(argv[:split])
-    runner_flags = argv[split + 1:]
-    script = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}[args.architecture]
-    if args.architecture == "horovod":
+SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}
+
+
+def launch(architecture, num_workers, num_ps, runner_flags):
+    """Runs one job of `architecture` on this machine; returns its exit status."""
+    script = SCRIPTS[architecture]
+    if architecture == "horovod":
         tasks = [Task(f"worker{r}", [sys.executable, os.path.join(REPO, script), *runner_flags])
-                 for r in range(args.workers)]
+                 for r in range(num_workers)]
     else:
-        tasks = parameter_server_tasks(script, args.workers, args.ps, runner_flags)
-    # The runner's flags are checked here, once: bad input is one line before any task starts, not one line
-    # per task.
-    runner_args = importlib.import_module(script[:-3]).parse_flags(tasks[-1].argv[2:])
-    data.shard(model.CONFIGS[runner_args.config].batch_size, 0, args.workers)
+        tasks = parameter_server_tasks(script, num_workers, num_ps, runner_flags)
     stop_rendezvous = None
-    if args.architecture != "tf":  # the workers are Horovod ranks
-        environments, stop_rendezvous = horovod_environments(args.workers)
+    if architecture != "tf":  # the workers are Horovod ranks
+        environments, stop_rendezvous = horovod_environments(num_workers)
         for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
             task.env.update(environment)
     try:
@@ -183,6 +176,42 @@ def main():
     finally:
         if stop_rendezvous:
             stop_rendezvous()
+
+
+def main():
+    parser = flags.empty_parser("python -m harness.launch", __doc__)
+    parser.add_argument("architecture", choices=sorted(SCRIPTS))
+    parser.add_argument("--workers", type=flags.positive_int, default=2, help="worker processes")
+    parser.add_argument("--ps", type=flags.positive_int, default=1, help="parameter-server tasks (tf, parallax)")
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
+    args = parser.parse_args(argv[:split])
+    runner_flags = argv[split + 1:]
+    # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
+    search = "--search_partitions" in runner_flags
+    runner_flags = [f for f in runner_flags if f != "--search_partitions"]
+    if search and args.architecture != "parallax":
+        raise harness.UsageError("--search_partitions: only for parallax")
+    # The runner's flags are checked here, once: bad input is one line before any task starts, not one line
+    # per task.
+    cluster_flags = ["--job_name=worker", "--task_index=0", "--ps_hosts=127.0.0.1:1",
+                     f"--worker_hosts={','.join(['127.0.0.1:1'] * args.workers)}"]
+    runner = importlib.import_module(SCRIPTS[args.architecture][:-3])
+    runner_args = runner.parse_flags(runner_flags + (cluster_flags if args.architecture != "horovod" else []))
+    data.shard(model.CONFIGS[runner_args.config].batch_size, 0, args.workers)
+    if search:
+        def trial(n):
+            name = f"partition-search-{n}"
+            status = launch(args.architecture, args.workers, args.ps, runner_flags + [
+                f"--partitions={n}", f"--run_name={name}", f"--ckpt_dir={os.path.join(runner_args.ckpt_dir, name)}"])
+            if status:
+                raise SystemExit(status)
+            with open(os.path.join(runner_args.results_dir, name + ".json")) as f:
+                return json.load(f)["throughput"]["median_step_seconds"]
+        best = partition_search.search(trial, runner_args.results_dir,
+                                       min(64, model.CONFIGS[runner_args.config].vocab_size))
+        runner_flags = runner_flags + [f"--partitions={best}"]
+    return launch(args.architecture, args.workers, args.ps, runner_flags)
 
 
 if __name__ == "__main__":

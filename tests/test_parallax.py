@@ -1,4 +1,5 @@
 """run_parallax.py, the hybrid runner, on the tiny config; and its placement rule on other models."""
+import json
 import os
 import signal
 import subprocess
@@ -57,8 +58,9 @@ def test_summing_sparse_gradients_doubles_the_first_embedding_step(tmp_path):
                     cwd=tmp_path)
     reference, summed = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "summed")
     initial = model.initial_value(model.CONFIGS["tiny"], 1, "embedding")
+    # Up to the rounding of the subtraction: half an ULP of values near init_scale = 0.1 is 3.7e-9.
     np.testing.assert_allclose(summed["embedding"] - initial, 2 * (reference["embedding"] - initial),
-                               rtol=1e-4, atol=1e-9)
+                               rtol=1e-4, atol=2e-8)
     assert np.abs(reference["embedding"] - initial).max() > 1e-4
     assert all(bit_identical(reference[n], summed[n]) for n in reference if n != "embedding")
 
@@ -81,7 +83,7 @@ def test_the_placement_rule_on_models_with_one_kind_of_variable():
         assert [place(op) for op in handles] == ["/job:ps/task:0", "/job:worker/task:1"]
         with tf.device("/job:ps/task:1"):
             queue_op = tf.queue.FIFOQueue(1, [tf.int32]).queue_ref.op
-        assert place(queue_op) == "/job:ps/task:1"  # an op's own device stands
+        assert place(queue_op).startswith("/job:ps/task:1")  # an op's own device stands
 
 
 @pytest.mark.parametrize("victim", ["worker1", "ps0"])
@@ -119,3 +121,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, n
     stdout, stderr = process.communicate(timeout=120)
     assert_usage_error(subprocess.CompletedProcess([], process.returncode, stdout, stderr), named)
     assert stdout == ""
+
+
+def test_the_partition_search_runs_end_to_end(tmp_path):
+    output = launch_and_wait("parallax", "--workers=2", "--ps=2", "--", "--config=tiny", "--steps=20",
+                             "--warmup_steps=5", "--search_partitions", cwd=tmp_path)
+    record = json.loads((tmp_path / "results/partition-search.json").read_text())
+    assert record["partitions"][:2] == [1, 2] and len(record["median_step_seconds"]) == len(record["partitions"])
+    assert f"partition search: best {record['best']} partitions" in output
+    assert json.loads((tmp_path / "results/run_parallax.json").read_text())["partitions"] == record["best"]

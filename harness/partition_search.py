@@ -1,0 +1,56 @@
+"""Parallax's search for the number of partitions of the sparse variables (Kim et al. 2019, section 5.3).
+
+Train a few steps with n = 1 partition, then 2, 4, ... while the step time (median after the warm-up)
+improves; fit t(n) = b/n + a(n - 1) + c to the measured times by least squares (b/n: a part's work shrinks
+as it is split; a(n - 1): every part costs a fixed overhead; c: the rest) and take the integer n that
+minimises the fit, within the range measured.
+"""
+import json
+import os
+
+import numpy as np
+
+
+def fit(partitions, seconds):
+    """(a, b, c) of t(n) = b/n + a(n - 1) + c, least squares; None with fewer than 3 points."""
+    if len(partitions) < 3:
+        return None
+    n = np.asarray(partitions, dtype=np.float64)
+    design = np.stack([n - 1, 1 / n, np.ones_like(n)], axis=1)
+    (a, b, c), *_ = np.linalg.lstsq(design, np.asarray(seconds, dtype=np.float64), rcond=None)
+    return float(a), float(b), float(c)
+
+
+def best_partitions(partitions, seconds):
+    """The integer n in [1, max measured] with the smallest fitted time (the fastest measured n when there
+    are too few points to fit)."""
+    coefficients = fit(partitions, seconds)
+    if coefficients is None:
+        return partitions[int(np.argmin(seconds))]
+    a, b, c = coefficients
+    candidates = np.arange(1, max(partitions) + 1)
+    return int(candidates[np.argmin(b / candidates + a * (candidates - 1) + c)])
+
+
+def search(trial, results_dir, max_partitions):
+    """Runs trial(n) -> median step seconds for n = 1, 2, 4, ... while it improves; returns the best n and
+    writes <results_dir>/partition-search.json."""
+    partitions, seconds = [], []
+    n = 1
+    while n <= max_partitions:
+        partitions.append(n)
+        seconds.append(trial(n))
+        print(f"partition search: {n} partitions: {seconds[-1]:.4f} s per step", flush=True)
+        if len(seconds) > 1 and seconds[-1] >= seconds[-2]:
+            break
+        n *= 2
+    best = best_partitions(partitions, seconds)
+    coefficients = fit(partitions, seconds)
+    if coefficients:
+        print("partition search: fit t(n) = {1:.4g}/n + {0:.4g}(n-1) + {2:.4g}".format(*coefficients))
+    print(f"partition search: best {best} partitions", flush=True)
+    os.makedirs(results_dir, exist_ok=True)
+    with open(os.path.join(results_dir, "partition-search.json"), "w") as f:
+        json.dump({"partitions": partitions, "median_step_seconds": seconds,
+                   "fit": dict(zip("abc", coefficients)) if coefficients else None, "best": best}, f, indent=2)
+    return best
