@@ -1,13 +1,12 @@
 """run_horovod.py through the launcher (python -m harness.launch horovod), on the tiny config."""
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import REPO, bit_identical, checkpoint_tensors, launch, launch_and_wait, processes_with, run_script
+from conftest import (REPO, bit_identical, checkpoint_tensors, kill_a_task_mid_run, launch_and_wait,
+                      launcher_usage_error, run_script)
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 
@@ -33,29 +32,9 @@ def test_two_workers_match_the_reference_bit_for_bit(runs, path):
 
 @pytest.mark.parametrize("victim", ["worker1", "worker0"])
 def test_a_killed_worker_takes_the_run_down(tmp_path, victim):
-    marker = f"killtest-{victim}-{os.getpid()}"
-    process = launch("horovod", "--workers=2", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
-                     f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        while f"[worker0] [run_horovod] step 10/" not in process.stdout.readline():
-            assert process.poll() is None, process.stderr.read()
-        pids = processes_with(marker)
-        victim_pid = [p for p in pids if f"HOROVOD_RANK={victim[-1]}\0".encode() in
-                      open(f"/proc/{p}/environ", "rb").read()]
-        assert len(victim_pid) == 1, pids
-        os.kill(victim_pid[0], signal.SIGKILL)
-        started = time.monotonic()
-        process.wait(timeout=60)
-        assert time.monotonic() - started < 60
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 1
-    assert f"task {victim} was killed by signal 9" in process.stderr.read()
-    time.sleep(0.5)
-    assert processes_with(marker) == []  # no orphans
-    assert not (tmp_path / "checkpoints/run_horovod/checkpoint").exists()
-    assert not (tmp_path / f"results/{marker}.json").exists()
+    def is_rank(pid, argv):
+        return f"HOROVOD_RANK={victim[-1]}\0".encode() in open(f"/proc/{pid}/environ", "rb").read()
+    kill_a_task_mid_run("horovod", victim, is_rank, tmp_path)
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -65,10 +44,7 @@ def test_a_killed_worker_takes_the_run_down(tmp_path, victim):
     (["--", "--config=tiny", "--no_such_flag"], "--no_such_flag"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
-    process = launch("horovod", *flags, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr = process.communicate(timeout=120)
-    assert_usage_error(subprocess.CompletedProcess([], process.returncode, stdout, stderr), named)
-    assert stdout == ""  # no task was started
+    assert_usage_error(launcher_usage_error("horovod", flags, tmp_path), named)
 
 
 def test_without_a_usable_horovod_the_runner_says_run_make_setup(tmp_path, assert_usage_error):

@@ -1,9 +1,5 @@
 """run_parallax.py, the hybrid runner, on the tiny config; and its placement rule on other models."""
 import json
-import os
-import signal
-import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -11,7 +7,8 @@ import tensorflow as tf
 
 import model
 import run_parallax
-from conftest import bit_identical, checkpoint_tensors, launch, launch_and_wait, processes_with, run_script
+from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
+                      launcher_usage_error, run_script)
 from harness import ps
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
@@ -86,30 +83,9 @@ def test_the_placement_rule_on_models_with_one_kind_of_variable():
         assert place(queue_op).startswith("/job:ps/task:1")  # an op's own device stands
 
 
-@pytest.mark.parametrize("victim", ["worker1", "ps0"])
-def test_a_killed_task_takes_the_run_down(tmp_path, victim):
-    marker = f"parallax-kill-{victim}-{os.getpid()}"
-    process = launch("parallax", "--workers=2", "--ps=1", "--", "--config=tiny", "--steps=1000000",
-                     "--log_every=10", f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE,
-                     stderr=subprocess.PIPE)
-    try:
-        while "[worker0] [run_parallax] step 10/" not in process.stdout.readline():
-            assert process.poll() is None, process.stderr.read()
-        job, index = ("ps", 0) if victim == "ps0" else ("worker", 1)
-        command_lines = {pid: open(f"/proc/{pid}/cmdline").read().split("\0") for pid in processes_with(marker)}
-        pids = [pid for pid, argv in command_lines.items()
-                if f"--job_name={job}" in argv and f"--task_index={index}" in argv]
-        assert len(pids) == 1
-        os.kill(pids[0], signal.SIGKILL)
-        process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 1
-    assert f"task {victim} was killed by signal 9" in process.stderr.read()
-    time.sleep(0.5)
-    assert processes_with(marker) == []
-    assert not (tmp_path / "checkpoints/run_parallax/checkpoint").exists()
+@pytest.mark.parametrize("victim, job, index", [("worker1", "worker", 1), ("ps0", "ps", 0)])
+def test_a_killed_task_takes_the_run_down(tmp_path, victim, job, index):
+    kill_a_task_mid_run("parallax", victim, is_task(job, index), tmp_path, "--ps=1")
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -117,10 +93,7 @@ def test_a_killed_task_takes_the_run_down(tmp_path, victim):
     (["--", "--config=tiny", "--average_sparse=sometimes"], "--average_sparse"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
-    process = launch("parallax", *flags, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr = process.communicate(timeout=120)
-    assert_usage_error(subprocess.CompletedProcess([], process.returncode, stdout, stderr), named)
-    assert stdout == ""
+    assert_usage_error(launcher_usage_error("parallax", flags, tmp_path), named)
 
 
 def test_the_partition_search_runs_end_to_end(tmp_path):

@@ -1,7 +1,6 @@
 """run_tf.py, the parameter-server runner, on the tiny config."""
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -10,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (REPO, bit_identical, checkpoint_tensors, launch, launch_and_wait, processes_with, read_jsonl,
-                      run_script)
+from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
+                      launcher_usage_error, read_jsonl, run_script)
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 
@@ -63,29 +62,9 @@ def test_asynchronous_training_trains_differs_and_reports_staleness(runs):
     assert any(not bit_identical(reference[n], trained[n]) for n in reference)
 
 
-@pytest.mark.parametrize("victim", ["worker1", "ps0"])
-def test_a_killed_task_takes_the_run_down(tmp_path, victim):
-    marker = f"tf-kill-{victim}-{os.getpid()}"
-    process = launch("tf", "--workers=2", "--ps=1", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
-                     f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        while "[worker0] [run_tf] step 10/" not in process.stdout.readline():
-            assert process.poll() is None, process.stderr.read()
-        job, index = ("ps", 0) if victim == "ps0" else ("worker", 1)
-        command_lines = {pid: open(f"/proc/{pid}/cmdline").read().split("\0") for pid in processes_with(marker)}
-        pids = [pid for pid, argv in command_lines.items()
-                if f"--job_name={job}" in argv and f"--task_index={index}" in argv]
-        assert len(pids) == 1
-        os.kill(pids[0], signal.SIGKILL)
-        process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 1
-    assert f"task {victim} was killed by signal 9" in process.stderr.read()
-    time.sleep(0.5)
-    assert processes_with(marker) == []
-    assert not (tmp_path / "checkpoints/run_tf/checkpoint").exists()
+@pytest.mark.parametrize("victim, job, index", [("worker1", "worker", 1), ("ps0", "ps", 0)])
+def test_a_killed_task_takes_the_run_down(tmp_path, victim, job, index):
+    kill_a_task_mid_run("tf", victim, is_task(job, index), tmp_path, "--ps=1")
 
 
 def test_tasks_started_by_hand_stop_by_themselves_when_a_worker_dies(tmp_path):
@@ -125,10 +104,7 @@ def test_tasks_started_by_hand_stop_by_themselves_when_a_worker_dies(tmp_path):
     (["--", "--config=tiny", "--partitions=0"], "--partitions"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
-    process = launch("tf", *flags, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr = process.communicate(timeout=120)
-    assert_usage_error(subprocess.CompletedProcess([], process.returncode, stdout, stderr), named)
-    assert stdout == ""
+    assert_usage_error(launcher_usage_error("tf", flags, tmp_path), named)
 
 
 def test_a_port_in_use_is_bad_input(tmp_path, assert_usage_error):
