@@ -57,8 +57,15 @@ run-tf: setup
 	    $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(ARGS)
 
 # HOSTS=h1:1,h2:1: horovodrun starts the ranks over ssh (same repository path and .venv on every host).
+# MPI=1: mpirun starts them, if Horovod was built with MPI (setup does when mpicxx is present).
 run-horovod: setup
-ifeq ($(HOSTS),)
+ifeq ($(MPI),1)
+	@.venv/bin/horovodrun --check-build 2>/dev/null | grep -q '\[X\] MPI' || { echo "make: MPI=1: this Horovod was built \
+	without MPI; apt-get install openmpi-bin libopenmpi-dev, then bash scripts/setup.sh" >&2; exit 2; }
+	mpirun --allow-run-as-root -np $(WORKERS) -H $(or $(HOSTS),localhost:$(WORKERS)) -bind-to none \
+	    -map-by slot -x PYTHONUNBUFFERED=1 -x HOROVOD_GLOO_TIMEOUT_SECONDS=30 \
+	    $(abspath $(PYTHON)) run_horovod.py $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
+else ifeq ($(HOSTS),)
 	$(PYTHON) -m harness.launch horovod --workers=$(WORKERS) -- \
 	    $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
 else
