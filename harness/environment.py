@@ -34,10 +34,10 @@ def _version(package):
         return None
 
 
-def describe(args, config, num_workers, hostnames=None):
-    """The machine, the software and the run's shape, as a JSON-ready dict."""
+def describe(args, config, num_workers):
+    """The machine (the chief's), the software and the run's shape, as a JSON-ready dict."""
     return {
-        "hostnames": hostnames or [socket.gethostname()],
+        "hostnames": [socket.gethostname()],
         "cpu_model": _cpu_model(),
         "cpu_cores": os.cpu_count(),
         "memory_bytes": _memory_bytes(),

@@ -25,9 +25,8 @@ from harness.timer import ThroughputTimer
 
 
 class Recorder:
-    def __init__(self, args, config, runner, num_workers, hostnames=None):
-        self.args, self.config, self.runner = args, config, runner
-        self.num_workers, self.hostnames = num_workers, hostnames
+    def __init__(self, args, config, runner, num_workers):
+        self.args, self.config, self.runner, self.num_workers = args, config, runner, num_workers
         os.makedirs(args.results_dir, exist_ok=True)
         os.makedirs(args.ckpt_dir, exist_ok=True)
         self.summary_path = os.path.join(args.results_dir, args.run_name + ".json")
@@ -85,7 +84,7 @@ class Recorder:
             "checkpoint": prefix,
             "wall_seconds": time.time() - self.started,
             "throughput": throughput,
-            "environment": environment.describe(self.args, self.config, self.num_workers, self.hostnames),
+            "environment": environment.describe(self.args, self.config, self.num_workers),
             **extra,
         }
         partial = self.summary_path + ".partial"
