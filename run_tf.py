@@ -57,13 +57,11 @@ def main():
             cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}",
             ps_strategy=ps.GreedyBySize(len(args.ps_hosts)))):
         lm = model.LSTMLanguageModel(config, args.seed, embedding_partitions=args.partitions)
-        global_step = tf.compat.v1.get_variable("global_step", [], tf.int64, tf.zeros_initializer(),
-                                                trainable=False)
         loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
                                     lm.dropout_masks(args.seed, feed.step, rows))
         gradients = lm.worker_gradients(loss)
         step_graph = (SynchronousStep if args.sync else AsynchronousStep)(
-            config, lm, feed, loss, final_state, gradients, global_step, rank, num_workers)
+            config, lm, feed, loss, final_state, gradients, rank, num_workers)
     done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
     saver = tf.compat.v1.train.Saver(lm.variables)
     if chief:
@@ -93,7 +91,7 @@ class SynchronousStep:
     parameter server of each variable; the chief takes exactly one from each worker's queue, in worker order,
     averages them on that server, applies the update, and then hands every worker a token for step t + 1."""
 
-    def __init__(self, config, lm, feed, loss, final_state, gradients, global_step, rank, num_workers):
+    def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers):
         self.config, self.chief, self.final_state = config, rank == 0, final_state
         send, received = ps.collect_gradients(tf.nest.flatten(lm.variable_list), tf.nest.flatten(gradients),
                                               feed.step, rank, num_workers, self.chief)
@@ -107,7 +105,7 @@ class SynchronousStep:
             train_op, self.global_norm = model.sgd_update(
                 config, lm.variable_list, tf.nest.pack_sequence_as(lm.variable_list, averaged), feed.learning_rate)
             self.global_loss = tf.add_n([q.dequeue()[1] for q in loss_queues]) / num_workers
-            with tf.control_dependencies([train_op, global_step.assign_add(1)]):
+            with tf.control_dependencies([train_op]):
                 self.release = tf.group([q.enqueue([feed.step + 1]) for q in token_queues])
             self.start = [q.enqueue([0]) for q in token_queues]
 
@@ -129,8 +127,11 @@ class AsynchronousStep:
     """PS: every worker applies the update rule to its own gradient as soon as it has it. The staleness of
     an update is the number of updates other workers applied between its read of global_step and its own."""
 
-    def __init__(self, config, lm, feed, loss, final_state, gradients, global_step, rank, num_workers):
+    def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers):
         self.config, self.chief, self.num_workers = config, rank == 0, num_workers
+        # Counts applied updates; on a parameter server (created in the caller's replica_device_setter scope).
+        global_step = tf.compat.v1.get_variable("global_step", [], tf.int64, tf.zeros_initializer(),
+                                                trainable=False)
         read_step = global_step.read_value()
         train_op, global_norm = model.sgd_update(config, lm.variable_list, gradients, feed.learning_rate)
         with tf.control_dependencies([train_op]):

@@ -108,7 +108,7 @@ def serve(cluster, args):
     graph = tf.Graph()
     with graph.as_default():
         done = queue(f"done/ps{args.task_index}", [tf.int32], f"/job:ps/task:{args.task_index}").dequeue()
-    with cluster.session(graph, ["/job:worker/task:0"]) as session:
+    with cluster.session(graph, []) as session:  # the chief is watched by TCP probes, not by this session
         while True:
             try:
                 session.run(done, options=tf.compat.v1.RunOptions(timeout_in_ms=2000))
