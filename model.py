@@ -201,14 +201,20 @@ def average_worker_gradients(per_worker):
     averaged = []
     for grads in zip(*[tf.nest.flatten(gradients) for gradients in per_worker]):
         if isinstance(grads[0], tf.IndexedSlices):
-            averaged.append(tf.IndexedSlices(tf.concat([g.values for g in grads], 0) / num_workers,
-                                             tf.concat([g.indices for g in grads], 0), grads[0].dense_shape))
+            averaged.append(concatenate_slices(grads, num_workers))
         else:
             total = grads[0]
             for g in grads[1:]:
                 total = total + g
             averaged.append(total * (1.0 / num_workers))
     return tf.nest.pack_sequence_as(per_worker[0], averaged)
+
+
+def concatenate_slices(slices, divisor=1):
+    """tf.IndexedSlices of one variable, their rows concatenated in order, the values divided by `divisor`."""
+    values = tf.concat([g.values for g in slices], 0)
+    return tf.IndexedSlices(values / divisor if divisor != 1 else values, tf.concat([g.indices for g in slices], 0),
+                            slices[0].dense_shape)
 
 
 def sgd_update(config, variables, gradients, learning_rate):

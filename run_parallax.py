@@ -39,6 +39,10 @@ def parse_flags(argv=None):
     parser.add_argument("--average_sparse", type=flags.boolean, default=True,
                         help="average the sparse gradients over workers (default) or sum them, as Parallax does "
                              "by default")
+    parser.add_argument("--local_aggregation", type=flags.boolean, default=False,
+                        help="the workers of one machine (one host of --worker_hosts) sum their sparse gradients on "
+                             "the machine's first worker, which sends one gradient per machine to the parameter "
+                             "servers")
     args = flags.parse(parser, argv)
     ps.check_cluster_flags(args)
     return args
@@ -54,13 +58,6 @@ def hybrid_placement(kinds, num_ps, worker_device):
             return f"/job:ps/task:{greedy(op)}"
         return op.device or worker_device
     return place
-
-
-def sum_worker_gradients(per_worker):
-    """Parallax's default for sparse gradients: the workers' rows concatenated in worker order, not divided
-    by W (model.average_worker_gradients divides)."""
-    return [tf.IndexedSlices(tf.concat([g.values for g in grads], 0), tf.concat([g.indices for g in grads], 0),
-                             grads[0].dense_shape) for grads in zip(*per_worker)]
 
 
 def main():
@@ -98,15 +95,30 @@ def main():
         # Parallax: dense gradients are averaged by allreduce, and kept on every worker.
         local = {i: model.dense_gradient_and_squared_norm(variables[i], hvd.allreduce(gradients[i], op=hvd.Average))
                  for i in dense}
-        # Parallax: sparse gradients go to the parameter servers, exactly one per worker per step.
-        send, received = ps.collect_gradients(tf.nest.flatten([variables[i] for i in sparse]),
-                                              tf.nest.flatten([gradients[i] for i in sparse]),
-                                              feed.step, rank, num_workers, chief)
+        # Parallax: sparse gradients go to the parameter servers, exactly one per worker per step...
+        parts = tf.nest.flatten([variables[i] for i in sparse])
+        sparse_gradients = tf.nest.flatten([gradients[i] for i in sparse])
+        send, sender, num_senders, peers = [], rank, num_workers, ["/job:ps"]
+        if args.local_aggregation:  # ...or one per machine, the sum of its workers' on its first worker
+            groups = ps.machines(args.worker_hosts)
+            sender, num_senders = next((m, len(groups)) for m, group in enumerate(groups) if rank in group)
+            group = groups[sender]
+            send, from_workers = ps.collect_gradients(parts, sparse_gradients, feed.step, group.index(rank),
+                                                      len(group), rank == group[0], f"/job:worker/task:{group[0]}")
+            if rank == group[0]:
+                sparse_gradients = [model.deduplicate(model.concatenate_slices(g)) for g in zip(*from_workers)]
+            else:
+                sparse_gradients, peers = None, peers + [f"/job:worker/task:{group[0]}"]
+        if sparse_gradients is not None:
+            to_ps, received = ps.collect_gradients(parts, sparse_gradients, feed.step, sender, num_senders, chief)
+            send += to_ps
         scale_queues = [ps.queue(f"scale/worker{r}", [tf.float32, tf.float32], "/job:ps/task:0")
                         for r in range(num_workers)]
         if chief:  # Parallax: the chief combines sparse gradients, computes the norm, applies sparse updates
-            combined = (model.average_worker_gradients if args.average_sparse else sum_worker_gradients)(received)
+            divisor = num_workers if args.average_sparse else 1
+            combined = [model.concatenate_slices(g, divisor) for g in zip(*received)]
             combined = tf.nest.pack_sequence_as([variables[i] for i in sparse], combined)
+            rows_received = tf.add_n([tf.shape(g.values)[0] for g in tf.nest.flatten(received)] + [0])
             remote = {i: model.dense_gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}
             global_norm, scale = model.clip_scale(config, [{**local, **remote}[i][1] for i in range(len(variables))])
             with tf.control_dependencies([model.apply_gradient(variables[i], remote[i][0], scale, feed.learning_rate)
@@ -124,7 +136,7 @@ def main():
     if chief:
         ps.print_placement("run_parallax", lm, kinds)
 
-    with cluster.session(tf.compat.v1.get_default_graph(), ["/job:ps"]) as session:
+    with cluster.session(tf.compat.v1.get_default_graph(), peers) as session:
         session.run(tf.compat.v1.variables_initializer(replicated))
         session.run(hvd.broadcast_variables(replicated, root_rank=0))  # Parallax: rank 0's dense values
         if chief:  # the first run waits for the parameter servers to come up
@@ -136,15 +148,18 @@ def main():
         clock = time.perf_counter()
         state = None
         for step in range(args.steps):
-            step_loss, state, norm, _ = cluster.run(session, [global_loss, final_state, global_norm, step_op],
-                                                    feed(step, state), timeout=120 if step == 0 else None)
+            fetches = [global_loss, final_state, global_norm, step_op] + ([rows_received] if chief else [])
+            step_loss, state, norm, _, *rows = cluster.run(session, fetches, feed(step, state),
+                                                           timeout=120 if step == 0 else None)
             now = time.perf_counter()
             if chief:
-                recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm)
+                recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm,
+                              sparse_rows_received=rows[0])
             clock = now
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
-                            average_sparse=args.average_sparse, variable_kinds=kinds)
+                            average_sparse=args.average_sparse, local_aggregation=args.local_aggregation,
+                            sparse_senders=num_senders, variable_kinds=kinds)
             cluster.run(session, done)  # the parameter servers may exit
 
 

@@ -144,12 +144,16 @@ def free_loopback_ports(count):
     return ports
 
 
-def parameter_server_tasks(script, num_workers, num_ps, runner_flags):
+def parameter_server_tasks(script, num_workers, num_ps, runner_flags, machines=1):
     """The tasks of a parameter-server runner on this machine: ps0.. and worker0.., each a gRPC server on its
-    own loopback port, each told the whole cluster and its own place in it."""
+    own loopback port, each told the whole cluster and its own place in it. The workers are spread in blocks
+    over `machines` loopback addresses, 127.0.0.1, 127.0.0.2...: every byte still crosses this machine's
+    loopback, but a runner that groups workers by host (run_parallax.py --local_aggregation) sees that many
+    machines."""
     ports = free_loopback_ports(num_ps + num_workers)
+    workers = [f"127.0.0.{1 + i * machines // num_workers}:{port}" for i, port in enumerate(ports[num_ps:])]
     cluster = [f"--ps_hosts={','.join(f'127.0.0.1:{p}' for p in ports[:num_ps])}",
-               f"--worker_hosts={','.join(f'127.0.0.1:{p}' for p in ports[num_ps:])}"]
+               f"--worker_hosts={','.join(workers)}"]
     return [Task(f"{job}{i}", [sys.executable, os.path.join(REPO, script), f"--job_name={job}", f"--task_index={i}",
                                *cluster, *runner_flags], {"PYTHONUNBUFFERED": "1"})
             for job, count in (("ps", num_ps), ("worker", num_workers)) for i in range(count)]
@@ -158,14 +162,14 @@ def parameter_server_tasks(script, num_workers, num_ps, runner_flags):
 SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}
 
 
-def launch(architecture, num_workers, num_ps, runner_flags):
+def launch(architecture, num_workers, num_ps, runner_flags, machines=1):
     """Runs one job of `architecture` on this machine; returns its exit status."""
     script = SCRIPTS[architecture]
     if architecture == "horovod":
         tasks = [Task(f"worker{r}", [sys.executable, os.path.join(REPO, script), *runner_flags])
                  for r in range(num_workers)]
     else:
-        tasks = parameter_server_tasks(script, num_workers, num_ps, runner_flags)
+        tasks = parameter_server_tasks(script, num_workers, num_ps, runner_flags, machines)
     stop_rendezvous = None
     if architecture != "tf":  # the workers are Horovod ranks
         environments, stop_rendezvous = horovod_environments(num_workers)
@@ -183,9 +187,14 @@ def main():
     parser.add_argument("architecture", choices=sorted(SCRIPTS))
     parser.add_argument("--workers", type=flags.positive_int, default=2, help="worker processes")
     parser.add_argument("--ps", type=flags.positive_int, default=1, help="parameter-server tasks (tf, parallax)")
+    parser.add_argument("--machines", type=flags.positive_int, default=1,
+                        help="loopback addresses the workers are spread over, as if on that many machines "
+                             "(tf, parallax)")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
     args = parser.parse_args(argv[:split])
+    if args.machines > args.workers:
+        raise harness.UsageError(f"--machines={args.machines}: more machines than the {args.workers} workers")
     runner_flags = argv[split + 1:]
     # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
     search = "--search_partitions" in runner_flags
@@ -203,7 +212,8 @@ def main():
         def trial(n):
             name = f"partition-search-{n}"
             status = launch(args.architecture, args.workers, args.ps, runner_flags + [
-                f"--partitions={n}", f"--run_name={name}", f"--ckpt_dir={os.path.join(runner_args.ckpt_dir, name)}"])
+                f"--partitions={n}", f"--run_name={name}", f"--ckpt_dir={os.path.join(runner_args.ckpt_dir, name)}"],
+                args.machines)
             if status:
                 raise SystemExit(status)
             with open(os.path.join(runner_args.results_dir, name + ".json")) as f:
@@ -211,7 +221,7 @@ def main():
         best = partition_search.search(trial, runner_args.results_dir,
                                        min(64, model.CONFIGS[runner_args.config].vocab_size))
         runner_flags = runner_flags + [f"--partitions={best}"]
-    return launch(args.architecture, args.workers, args.ps, runner_flags)
+    return launch(args.architecture, args.workers, args.ps, runner_flags, args.machines)
 
 
 if __name__ == "__main__":

@@ -117,27 +117,36 @@ def serve(cluster, args):
                 cluster.exit_if_unreachable(["worker0"])  # the chief
 
 
-def collect_gradients(parts, gradients, step, rank, num_workers, chief):
-    """Synchronous collection of exactly one gradient per worker per step, for the variable parts `parts`.
+def machines(worker_hosts):
+    """The workers grouped by machine: one list of worker indices per host of `worker_hosts`, in order."""
+    groups = {}
+    for index, address in enumerate(worker_hosts):
+        groups.setdefault(address.rsplit(":", 1)[0], []).append(index)
+    return list(groups.values())
 
-    Every worker puts its gradient of each part, tagged with `step`, into a queue of its own (capacity 1) on
-    the part's parameter server. Returns those enqueue ops and, on the chief, the W workers' gradients taken
-    from the queues in worker order, on each part's server (W lists structured as `parts`); a gradient
-    tagged with another step fails the run."""
-    def gradient_queue(part, worker):
-        return queue(f"gradient/{part.op.name}/worker{worker}", [tf.int64, tf.float32, tf.int32], part.device)
 
-    send = [gradient_queue(part, rank).enqueue(_as_tuple(step, g)) for part, g in zip(parts, gradients)]
-    if not chief:
+def collect_gradients(parts, gradients, step, sender, num_senders, collect, device=None):
+    """Synchronous collection of exactly one gradient per sender per step, for the variable parts `parts`.
+
+    Every sender (a worker, or a machine: run_parallax.py --local_aggregation) puts its gradient of each part,
+    tagged with `step`, into a queue of its own (capacity 1) on `device`, by default the part's parameter
+    server. Returns those enqueue ops and, where `collect`, the `num_senders` senders' gradients taken from
+    the queues in sender order, on that device (lists structured as `parts`); a gradient tagged with another
+    step fails the run."""
+    def gradient_queue(part, index):
+        return queue(f"gradient/{part.op.name}/sender{index}", [tf.int64, tf.float32, tf.int32], device or part.device)
+
+    send = [gradient_queue(part, sender).enqueue(_as_tuple(step, g)) for part, g in zip(parts, gradients)]
+    if not collect:
         return send, None
-    received = [[] for _ in range(num_workers)]
+    received = [[] for _ in range(num_senders)]
     for part, own in zip(parts, gradients):
-        with tf.device(part.device):
-            for worker in range(num_workers):
-                tag, values, indices = gradient_queue(part, worker).dequeue()
+        with tf.device(device or part.device):
+            for index in range(num_senders):
+                tag, values, indices = gradient_queue(part, index).dequeue()
                 with tf.control_dependencies([tf.debugging.assert_equal(tag, step, message="stale gradient")]):
                     values = tf.identity(values)
-                received[worker].append(_from_tuple(values, indices, own, part))
+                received[index].append(_from_tuple(values, indices, own, part))
     return send, received
 
 
