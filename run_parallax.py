@@ -141,16 +141,16 @@ def main():
         session.run(hvd.broadcast_variables(replicated, root_rank=0))  # Parallax: rank 0's dense values
         if chief:  # the first run waits for the parameter servers to come up
             cluster.run(session, tf.compat.v1.variables_initializer(
-                tf.nest.flatten([variables[i] for i in sparse])), timeout=120)
+                tf.nest.flatten([variables[i] for i in sparse])), starting=True)
             cluster.run(session, start)
             recorder = Recorder(args, config, "run_parallax", num_workers)
-        cluster.run(session, wait_for_start, timeout=120)
+        cluster.run(session, wait_for_start, starting=True)
         clock = time.perf_counter()
         state = None
         for step in range(args.steps):
             fetches = [global_loss, final_state, global_norm, step_op] + ([rows_received] if chief else [])
             step_loss, state, norm, _, *rows = cluster.run(session, fetches, feed(step, state),
-                                                           timeout=120 if step == 0 else None)
+                                                           starting=step == 0)
             now = time.perf_counter()
             if chief:
                 recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm,

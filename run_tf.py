@@ -69,7 +69,7 @@ def main():
 
     with cluster.session(tf.compat.v1.get_default_graph(), ["/job:ps"]) as session:
         if chief:  # the first run waits for the parameter servers to come up
-            cluster.run(session, tf.compat.v1.global_variables_initializer(), timeout=120)
+            cluster.run(session, tf.compat.v1.global_variables_initializer(), starting=True)
             recorder = Recorder(args, config, "run_tf", num_workers)
         state = None
         clock = time.perf_counter()
@@ -112,7 +112,7 @@ class SynchronousStep:
     def run(self, cluster, session, step, step_feed):
         if self.chief and step == 0:
             cluster.run(session, self.start)
-        cluster.run(session, self.wait_for_update, timeout=120 if step == 0 else None)
+        cluster.run(session, self.wait_for_update, starting=step == 0)
         _, state = cluster.run(session, [self.send, self.final_state], step_feed)
         if not self.chief:
             return None, state, None, None
@@ -149,7 +149,7 @@ class AsynchronousStep:
         if step == 0:
             if self.chief:
                 cluster.run(session, self.start)
-            cluster.run(session, self.wait_for_start, timeout=120)
+            cluster.run(session, self.wait_for_start, starting=True)
         loss, state, norm, read, applied = cluster.run(session, self.fetches, step_feed)
         self.staleness.append(int(applied - 1 - read))
         # The words of every update applied since this worker's previous one, its own included.

@@ -3,6 +3,7 @@ server and its failure handling, placement by size, shared queues, the parameter
 synchronous collection of exactly one gradient per worker per step."""
 import socket
 import sys
+import time
 
 import tensorflow as tf
 
@@ -19,6 +20,8 @@ def add_cluster_flags(parser):
     parser.add_argument("--partitions", type=flags.positive_int, default=1, help="parts of the embedding")
     parser.add_argument("--timeout", type=flags.positive_int, default=20,
                         help="seconds without progress after which a task looks for a dead task and exits")
+    parser.add_argument("--startup_timeout", type=flags.positive_int, default=120,
+                        help="seconds a task waits for the others to start before it calls them missing")
 
 
 def check_cluster_flags(args):
@@ -26,10 +29,20 @@ def check_cluster_flags(args):
     if args.task_index >= len(tasks):
         raise harness.UsageError(f"--task_index={args.task_index}: there are only {len(tasks)} {args.job_name} tasks")
     data.shard(model.CONFIGS[args.config].batch_size, 0, len(args.worker_hosts))
+    for flag, addresses in (("--ps_hosts", args.ps_hosts), ("--worker_hosts", args.worker_hosts)):
+        for host in {address.rsplit(":", 1)[0] for address in addresses}:
+            try:
+                socket.getaddrinfo(host, None)
+            except OSError:
+                raise harness.UsageError(f"{flag}: unknown host {host}")
 
 
 class Cluster:
-    """This task's gRPC server, and the failure handling every session.run of the task goes through."""
+    """This task's gRPC server, and the failure handling every session.run of the task goes through.
+
+    While the cluster is starting, a task that does not answer may still be on its way up, so the task waits
+    --startup_timeout seconds for it; if it never answers, its address is wrong or it was never started,
+    which is bad input (exit 2). Once training runs, a task that stops answering has died (exit 1)."""
 
     def __init__(self, args):
         self.args = args
@@ -49,23 +62,38 @@ class Cluster:
         self.server = tf.distribute.Server(self.spec, args.job_name, args.task_index, config=self.config)
 
     def session(self, graph, peers):
-        """A session that needs only this task and `peers` (device filters: the others may come and go)."""
+        """A session that needs only this task and `peers` (device filters: the others may come and go).
+
+        TensorFlow waits without end for a peer that never starts, so the peers are first probed over TCP
+        for up to --startup_timeout seconds."""
+        specs = [tf.DeviceSpec.from_string(peer) for peer in peers]
+        waiting = {task for task in self.addresses for spec in specs
+                   if task.rstrip("0123456789") == spec.job and spec.task in (None, int(task[len(spec.job):]))}
+        deadline = time.monotonic() + self.args.startup_timeout
+        while waiting := {task for task in waiting if not self.reachable(task)}:
+            if time.monotonic() > deadline:
+                self.exit_if_unreachable(sorted(waiting), starting=True)
+            time.sleep(0.5)
         config = tf.compat.v1.ConfigProto()
         config.CopyFrom(self.config)
         config.device_filters[:] = [f"/job:{self.args.job_name}/task:{self.args.task_index}", *peers]
         return tf.compat.v1.Session(self.server.target, graph=graph, config=config)
 
-    def run(self, session, fetches, feed=None, timeout=None):
-        """session.run that gives up after `timeout` seconds without a result, and then names the dead task."""
-        options = tf.compat.v1.RunOptions(timeout_in_ms=1000 * (timeout or self.args.timeout))
+    def run(self, session, fetches, feed=None, starting=False, timeout=None):
+        """session.run that gives up after `timeout` seconds (--timeout; --startup_timeout while `starting`)
+        without a result, and then names the task that does not answer."""
+        seconds = timeout or (self.args.startup_timeout if starting else self.args.timeout)
         try:
-            return session.run(fetches, feed, options=options)
+            return session.run(fetches, feed, options=tf.compat.v1.RunOptions(timeout_in_ms=1000 * seconds))
         except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError) as error:
-            self.exit_if_unreachable(self.addresses)
+            self.exit_if_unreachable(self.addresses, starting)
             self.stop(f"no progress ({' '.join(error.message.split())})")
 
-    def exit_if_unreachable(self, tasks):
+    def exit_if_unreachable(self, tasks, starting=False):
         dead = [task for task in tasks if task != self.name and not self.reachable(task)]
+        if dead and starting:
+            raise harness.UsageError(f"[{self.name}] {', '.join(f'{t} ({self.addresses[t]})' for t in dead)} never "
+                                     f"answered: a wrong address, or a task that was not started")
         if dead:
             self.stop(f"{', '.join(dead)} is unreachable")
 
@@ -109,12 +137,15 @@ def serve(cluster, args):
     with graph.as_default():
         done = queue(f"done/ps{args.task_index}", [tf.int32], f"/job:ps/task:{args.task_index}").dequeue()
     with cluster.session(graph, []) as session:  # the chief is watched by TCP probes, not by this session
+        started, chief_seen = time.monotonic(), False
         while True:
             try:
                 session.run(done, options=tf.compat.v1.RunOptions(timeout_in_ms=2000))
                 return
             except tf.errors.DeadlineExceededError:
-                cluster.exit_if_unreachable(["worker0"])  # the chief
+                chief_seen = chief_seen or cluster.reachable("worker0")
+                if chief_seen or time.monotonic() - started > args.startup_timeout:
+                    cluster.exit_if_unreachable(["worker0"], starting=not chief_seen)
 
 
 def machines(worker_hosts):

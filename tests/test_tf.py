@@ -124,3 +124,25 @@ def test_bad_cluster_flags_are_bad_input(tmp_path, assert_usage_error):
     result = run_script("run_tf.py", "--config=tiny", "--job_name=ps", "--task_index=0", "--ps_hosts=nohost",
                         "--worker_hosts=127.0.0.1:5001", cwd=tmp_path)
     assert_usage_error(result, "--ps_hosts")
+
+
+def test_an_unknown_host_is_bad_input(tmp_path, assert_usage_error):
+    result = run_script("run_tf.py", "--config=tiny", "--job_name=worker", "--task_index=0",
+                        "--ps_hosts=127.0.0.1:5000", "--worker_hosts=127.0.0.1:5001,no-such-host.invalid:5002",
+                        cwd=tmp_path)
+    assert_usage_error(result, "--worker_hosts: unknown host no-such-host.invalid")
+
+
+def test_a_task_that_never_answers_is_bad_input(tmp_path, assert_usage_error):
+    """The chief started alone: nothing ever listens at the parameter server's address, so after
+    --startup_timeout it names it and exits 2 (an address or start-up problem), not 1 (a task that died in
+    training)."""
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    result = run_script("run_tf.py", "--config=tiny", "--job_name=worker", "--task_index=0", "--startup_timeout=5",
+                        f"--ps_hosts=127.0.0.1:{ports[0]}",
+                        f"--worker_hosts=127.0.0.1:{ports[1]},127.0.0.1:{ports[2]}", cwd=tmp_path)
+    assert_usage_error(result, f"ps0 (127.0.0.1:{ports[0]}) never answered")
