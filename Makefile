@@ -49,15 +49,15 @@ test: setup
 run: setup
 	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(ARGS)
 
-no_hosts = $(if $(HOSTS),$(error HOSTS= is not built yet for $(1): start one task per machine by hand (README)))
+# HOSTS=h1:2,h2:2 starts the tasks on those hosts over ssh: the workers fill the slots in order, the
+# parameter servers go round the hosts. The repository, its .venv and the working directory must be at the
+# same paths on every host, reachable by ssh keys (BatchMode).
+LAUNCH = $(PYTHON) -m harness.launch $(1) --workers=$(WORKERS) $(if $(HOSTS),--hosts=$(HOSTS))
 
 run-tf: setup
-	$(call no_hosts,run-tf)
-	$(PYTHON) -m harness.launch tf --workers=$(WORKERS) --ps=$(PS) -- \
-	    $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(ARGS)
+	$(call LAUNCH,tf) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(ARGS)
 
-# HOSTS=h1:1,h2:1: horovodrun starts the ranks over ssh (same repository path and .venv on every host).
-# MPI=1: mpirun starts them, if Horovod was built with MPI (setup does when mpicxx is present).
+# MPI=1: mpirun starts the ranks, if Horovod was built with MPI (setup does when mpicxx is present).
 run-horovod: setup
 ifeq ($(MPI),1)
 	@.venv/bin/horovodrun --check-build 2>/dev/null | grep -q '\[X\] MPI' || { echo "make: MPI=1: this Horovod was built \
@@ -65,24 +65,18 @@ ifeq ($(MPI),1)
 	mpirun --allow-run-as-root -np $(WORKERS) -H $(or $(HOSTS),localhost:$(WORKERS)) -bind-to none \
 	    -map-by slot -x PYTHONUNBUFFERED=1 -x HOROVOD_GLOO_TIMEOUT_SECONDS=30 \
 	    $(abspath $(PYTHON)) run_horovod.py $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
-else ifeq ($(HOSTS),)
-	$(PYTHON) -m harness.launch horovod --workers=$(WORKERS) -- \
-	    $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
 else
-	.venv/bin/horovodrun --gloo -np $(WORKERS) -H $(HOSTS) --gloo-timeout-seconds 30 \
-	    $(abspath $(PYTHON)) run_horovod.py $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
+	$(call LAUNCH,horovod) -- $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
 endif
 
 run-parallax: setup
-	$(call no_hosts,run-parallax)
-	$(PYTHON) -m harness.launch parallax --workers=$(WORKERS) --ps=$(PS) -- \
-	    $(RUN_FLAGS) $(call ckpt_dir,run_parallax) $(ARGS)
+	$(call LAUNCH,parallax) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_parallax) $(ARGS)
 
 # The main job: every architecture trains the same model (verify.py). Without STEPS=, 60 steps: about
 # 5 minutes for the small config on 2 cores.
 verify: setup
 	$(PYTHON) verify.py $(subst --steps=$(STEPS),--steps=$(VERIFY_STEPS),$(RUN_FLAGS)) --workers=$(WORKERS) \
-	    --ps=$(PS) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(ARGS)
+	    --ps=$(PS) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(ARGS)
 
 bench: bench-overhead
 

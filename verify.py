@@ -46,6 +46,8 @@ def parse_flags():
     parser = flags.parser("verify", __doc__)
     parser.add_argument("--workers", type=flags.positive_int, default=2)
     parser.add_argument("--ps", type=flags.positive_int, default=1)
+    parser.add_argument("--hosts", help="host:slots,...: the distributed runs on these hosts over ssh "
+                                        "(python -m harness.launch --help)")
     parser.add_argument("--rtol", type=float, default=checkpoints_compare.DEFAULT_RTOL)
     parser.add_argument("--atol", type=float, default=checkpoints_compare.DEFAULT_ATOL)
     parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated (default: all)")
@@ -54,6 +56,8 @@ def parse_flags():
     parser.set_defaults(steps=60, ckpt_dir=os.path.join("checkpoints", "verify"))
     args = flags.parse(parser)
     args.runs = args.runs.split(",")
+    if args.hosts:
+        flags.host_slots(args.hosts)  # checked here, once
     unknown = [name for name in args.runs if name not in RUNS]
     if unknown or "reference" not in args.runs:
         raise harness.UsageError(f"--runs: must include reference and name only {', '.join(RUNS)}; got "
@@ -78,8 +82,8 @@ def command(args, name):
               *runner_flags, *args.runner_args.get(name, [])]
     if how == "run.py":
         return [sys.executable, os.path.join(REPO, "run.py"), f"--emulate_workers={args.workers}", *shared]
-    return [sys.executable, "-m", "harness.launch", how, f"--workers={args.workers}", f"--ps={args.ps}", "--",
-            *shared]
+    return [sys.executable, "-m", "harness.launch", how, f"--workers={args.workers}", f"--ps={args.ps}",
+            *([f"--hosts={args.hosts}"] if args.hosts else []), "--", *shared]
 
 
 def main():

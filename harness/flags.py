@@ -46,6 +46,17 @@ def host_list(text):
     return hosts
 
 
+def host_slots(text):
+    """host:slots,host:slots,... (horovodrun's -H) as a list of (host, slots)."""
+    pairs = []
+    for item in text.split(","):
+        name, _, slots = item.rpartition(":")
+        if not name or not slots.isdigit() or int(slots) < 1:
+            raise argparse.ArgumentTypeError(f"expected host:slots,..., got {item!r}")
+        pairs.append((name, int(slots)))
+    return pairs
+
+
 def empty_parser(prog, description):
     """An argument parser whose errors are UsageErrors."""
     return _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)

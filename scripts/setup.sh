@@ -18,8 +18,11 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.9-3.
 "$PYTHON" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 11))' \
   || die "$("$PYTHON" --version 2>&1) is not supported by tensorflow 2.15: use Python 3.9-3.11 (PYTHON=...)"
 
-# 2. The compilers Horovod's build needs; apt-get installs them when we are root on Debian/Ubuntu.
+# 2. The compilers Horovod's build needs, ssh for HOSTS= runs and sshd for the tests' own ssh server;
+#    apt-get installs them when we are root on Debian/Ubuntu.
 missing=()
+command -v ssh >/dev/null || missing+=(openssh-client)
+command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
 "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \

@@ -1,7 +1,9 @@
 import glob
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -62,10 +64,18 @@ def kill_a_task_mid_run(architecture, victim, is_victim, cwd, *launcher_flags):
             process.kill()
     assert process.returncode == 1
     assert f"task {victim} was killed by signal 9" in process.stderr.read()
-    time.sleep(0.5)
-    assert processes_with(marker) == []  # no orphans
+    assert no_process_left(marker)
     assert not glob.glob(os.path.join(str(cwd), "checkpoints", "*", "checkpoint"))
     assert not os.path.exists(os.path.join(str(cwd), "results", marker + ".json"))
+
+
+def no_process_left(marker, seconds=10):
+    """Whether every process whose command line contains `marker` is gone within `seconds` (tasks on other
+    hosts are stopped by their hosts, moments after the launcher)."""
+    deadline = time.monotonic() + seconds
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return processes_with(marker) == []
 
 
 def is_task(job, index):
@@ -110,3 +120,53 @@ def bit_identical(a, b):
 
 
 np.set_printoptions(precision=10)
+
+
+@pytest.fixture(scope="session")
+def ssh_config(tmp_path_factory):
+    """A real OpenSSH server of the tests' own, on a free port of 127.0.0.1 and 127.0.0.2 (two hosts on this
+    machine), with its own host key and client key; returns an ssh_config(5) file that reaches it (and
+    127.0.0.3, where nothing listens)."""
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    assert os.path.exists(sshd), "no sshd: make setup installs openssh-server"
+    directory = tmp_path_factory.mktemp("sshd")
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(directory / key)], check=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (directory / "sshd_config").write_text(f"""Port {port}
+ListenAddress 127.0.0.1
+ListenAddress 127.0.0.2
+HostKey {directory}/host_key
+AuthorizedKeysFile {directory}/client_key.pub
+PidFile {directory}/sshd.pid
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+""")
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
+    with open(directory / "sshd.log", "w") as log:
+        server = subprocess.Popen([sshd, "-D", "-e", "-f", str(directory / "sshd_config")], stderr=log)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.2", port), timeout=1).close()
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, (directory / "sshd.log").read_text()
+            time.sleep(0.1)
+    config = directory / "ssh_config"
+    config.write_text(f"""Host 127.0.0.1 127.0.0.2 127.0.0.3
+  Port {port}
+  IdentityFile {directory}/client_key
+  IdentitiesOnly yes
+  UserKnownHostsFile {directory}/known_hosts
+  StrictHostKeyChecking no
+  LogLevel ERROR
+""")
+    yield str(config)
+    server.terminate()
+    server.wait()

@@ -1,6 +1,7 @@
 """run_tf.py, the parameter-server runner, on the tiny config."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -9,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, read_jsonl, run_script)
+from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch, launch_and_wait,
+                      launcher_usage_error, processes_with, read_jsonl, run_script)
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 
@@ -146,3 +147,35 @@ def test_a_task_that_never_answers_is_bad_input(tmp_path, assert_usage_error):
                         f"--ps_hosts=127.0.0.1:{ports[0]}",
                         f"--worker_hosts=127.0.0.1:{ports[1]},127.0.0.1:{ports[2]}", cwd=tmp_path)
     assert_usage_error(result, f"ps0 (127.0.0.1:{ports[0]}) never answered")
+
+
+def test_a_local_run_is_out_of_reach_of_anything_but_itself(tmp_path):
+    """TensorFlow's servers listen on every interface, so the launcher puts a local run in a network namespace
+    whose only interface is loopback (as root; otherwise it says that it could not)."""
+    marker = f"netns-{os.getpid()}"
+    process = launch("tf", "--workers=2", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
+                     f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while " step 10/" not in process.stdout.readline():
+            assert process.poll() is None, process.stderr.read()
+        tasks = [pid for pid in processes_with(marker) if "run_tf.py" in open(f"/proc/{pid}/cmdline").read()]
+        assert len(tasks) == 3
+        if os.geteuid() != 0:
+            process.terminate()
+            assert "no network namespace of its own" in process.communicate(timeout=30)[1]
+            return
+        for pid in tasks:
+            assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+            interfaces = [line.split(":")[0].strip() for line in open(f"/proc/{pid}/net/dev").readlines()[2:]]
+            assert interfaces == ["lo"]
+        argv = open(f"/proc/{tasks[0]}/cmdline").read().split("\0")
+        addresses = [a for flag in argv if flag.startswith(("--ps_hosts=", "--worker_hosts="))
+                     for a in flag.split("=", 1)[1].split(",")]
+        assert len(addresses) == 3
+        for address in addresses:  # from this machine's own loopback, nobody is there
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", int(address.rsplit(":", 1)[1])), timeout=2)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
