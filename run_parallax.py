@@ -16,6 +16,9 @@ own on the parameter servers and allreduces its dense gradients; the chief takes
 gradient from each worker, averages them (or sums them, --average_sparse=false, Parallax's default),
 computes the global norm from both kinds, applies the sparse update on the parameter servers and hands
 every worker the clipping factor, with which every worker applies the same dense update to its replica.
+
+With --local_aggregation, the workers of one machine (one host of --worker_hosts) first put their sparse
+gradients into queues on the machine's first worker, which sums them and sends one gradient per machine.
 """
 import time
 
