@@ -4,7 +4,7 @@
 
 Trains with one seed and config: the reference (run.py --emulate_workers=W), the parameter servers
 synchronously (run_tf.py), Horovod with the sparse path and with --sparse_as_dense (run_horovod.py), the
-hybrid (run_parallax.py), and, as a row expected to differ, the parameter servers asynchronously. Then it
+hybrid (run_parallax.py) without and with --local_aggregation, and, as a row expected to differ, the parameter servers asynchronously. Then it
 compares every checkpoint with the reference and every synchronous one with every other
 (checkpoints_compare), prints a table, and writes <results_dir>/verify.json:
 
@@ -38,6 +38,7 @@ RUNS = {
     "horovod": ("horovod", [], "identical"),
     "horovod-dense": ("horovod", ["--sparse_as_dense"], "identical"),
     "parallax": ("parallax", [], "identical"),
+    "parallax-local": ("parallax", ["--local_aggregation=true"], "identical"),
     "tf-async": ("tf", ["--sync=false"], "different"),
 }
 

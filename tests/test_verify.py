@@ -22,9 +22,9 @@ def test_every_synchronous_architecture_trains_the_reference_model(tmp_path):
     report = json.loads((tmp_path / "results/verify.json").read_text())
     assert report["passed"] is True
     assert [run["name"] for run in report["runs"]] == ["reference", "tf", "horovod", "horovod-dense", "parallax",
-                                                       "tf-async"]
+                                                       "parallax-local", "tf-async"]
     pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
-    for name in ["tf", "horovod", "horovod-dense", "parallax"]:
+    for name in ["tf", "horovod", "horovod-dense", "parallax", "parallax-local"]:
         assert pairs["reference", name]["identical"] and pairs["reference", name]["max_abs_diff"] == 0
     assert ("tf", "parallax") in pairs and pairs["tf", "parallax"]["max_ulp"] == 0
     async_pair = pairs["reference", "tf-async"]  # reported, never hidden, and not part of the verdict
