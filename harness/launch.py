@@ -288,6 +288,11 @@ def main():
         raise harness.UsageError(f"--machines={args.machines}: more machines than the {args.workers} workers")
     if args.hosts and args.machines > 1:
         raise harness.UsageError("--machines: only without --hosts (the hosts are the machines)")
+    for host, _ in args.hosts or []:  # every task must reach every other by this name, not only ssh
+        try:
+            socket.getaddrinfo(host, None)
+        except OSError:
+            raise harness.UsageError(f"--hosts: unknown host {host}")
     if args.ssh_config and not os.path.isfile(args.ssh_config):
         raise harness.UsageError(f"--ssh_config: {args.ssh_config} does not exist")
     runner_flags = argv[split + 1:]

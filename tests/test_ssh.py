@@ -58,7 +58,7 @@ def test_interrupting_the_launcher_stops_the_tasks_on_their_hosts(tmp_path, ssh_
 
 
 @pytest.mark.parametrize("hosts, named", [("127.0.0.3:2", "host 127.0.0.3: unreachable over ssh"),
-                                          ("no-such-host.invalid:2", "host no-such-host.invalid: unreachable")])
+                                          ("no-such-host.invalid:2", "--hosts: unknown host no-such-host.invalid")])
 def test_an_unreachable_host_is_one_line_and_exit_2(tmp_path, ssh_config, assert_usage_error, hosts, named):
     result = launcher_usage_error("tf", [f"--hosts={hosts}", f"--ssh_config={ssh_config}", "--", "--config=tiny"],
                                   tmp_path)
