@@ -4,9 +4,10 @@
 
 Trains with one seed and config: the reference (run.py --emulate_workers=W), the parameter servers
 synchronously (run_tf.py), Horovod with the sparse path and with --sparse_as_dense (run_horovod.py), the
-hybrid (run_parallax.py) without and with --local_aggregation, and, as a row expected to differ, the parameter servers asynchronously. Then it
-compares every checkpoint with the reference and every synchronous one with every other
-(checkpoints_compare), prints a table, and writes <results_dir>/verify.json:
+hybrid (run_parallax.py) without and with --local_aggregation, and, as a row expected to differ, the
+parameter servers asynchronously. Then it compares every checkpoint with the reference and every
+synchronous one with every other (checkpoints_compare), prints a table, and writes
+<results_dir>/verify.json:
 
     {"config": {...}, "runs": [{"name", "expected", "command", "checkpoint", "throughput"}],
      "pairs": [{"a", "b", "max_abs_diff", "max_rel_diff", "max_ulp", "identical", "within_tolerance",

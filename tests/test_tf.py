@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch, launch_and_wait,
-                      launcher_usage_error, processes_with, read_jsonl, run_script)
+                      launcher_usage_error, no_process_left, processes_with, read_jsonl, run_script)
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 
@@ -182,3 +182,20 @@ def test_a_local_run_is_out_of_reach_of_anything_but_itself(tmp_path):
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
+
+
+def test_ctrl_c_stops_every_task(tmp_path):
+    marker = f"ctrl-c-{os.getpid()}"
+    process = launch("tf", "--workers=2", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
+                     f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while " step 10/" not in process.stdout.readline():
+            assert process.poll() is None, process.stderr.read()
+        process.send_signal(signal.SIGINT)  # a terminal's Ctrl-C: the tasks have sessions of their own
+        assert process.wait(timeout=30) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "launch: interrupted; stopping ps0, worker0, worker1" in process.stderr.read()
+    assert no_process_left(marker)
+    assert not (tmp_path / "results" / f"{marker}.json").exists()
