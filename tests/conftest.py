@@ -1,3 +1,4 @@
+import contextlib
 import glob
 import json
 import os
@@ -43,25 +44,34 @@ def processes_with(marker):
     return [int(pid) for pid in found if int(pid) != os.getpid()]
 
 
-def kill_a_task_mid_run(architecture, victim, is_victim, cwd, *launcher_flags):
-    """Starts a long run through the launcher, SIGKILLs the task for which is_victim(pid, argv) holds once
-    training has begun, and checks that the run goes down: launcher exit 1 within 60 s, naming the task, no
-    process left, no final checkpoint."""
-    marker = f"{architecture}-kill-{victim}-{os.getpid()}"
+@contextlib.contextmanager
+def long_run(architecture, marker, cwd, *launcher_flags):
+    """A 2-worker run through the launcher that would train for ever, named `marker`, from the moment its
+    chief has logged step 10; killed at the end of the block if it is still running."""
     process = launch(architecture, "--workers=2", *launcher_flags, "--", "--config=tiny", "--steps=1000000",
                      "--log_every=10", f"--run_name={marker}", cwd=cwd, stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE)
     try:
         while "[worker0] [run_" not in (line := process.stdout.readline()) or " step 10/" not in line:
             assert process.poll() is None, process.stderr.read()
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def kill_a_task_mid_run(architecture, victim, is_victim, cwd, *launcher_flags):
+    """Starts a long run through the launcher, SIGKILLs the task for which is_victim(pid, argv) holds once
+    training has begun, and checks that the run goes down: launcher exit 1 within 60 s, naming the task, no
+    process left, no final checkpoint."""
+    marker = f"{architecture}-kill-{victim}-{os.getpid()}"
+    with long_run(architecture, marker, cwd, *launcher_flags) as process:
         argv = {pid: open(f"/proc/{pid}/cmdline").read().split("\0") for pid in processes_with(marker)}
         victims = [pid for pid in argv if is_victim(pid, argv[pid])]
         assert len(victims) == 1, argv
         os.kill(victims[0], signal.SIGKILL)
         process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert process.returncode == 1
     assert f"task {victim} was killed by signal 9" in process.stderr.read()
     assert no_process_left(marker)

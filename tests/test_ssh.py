@@ -2,12 +2,11 @@
 answers on 127.0.0.1 and 127.0.0.2: two hosts, as far as ssh, the launcher and the runners can tell."""
 import os
 import signal
-import subprocess
 
 import pytest
 
-from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch, launch_and_wait,
-                      launcher_usage_error, no_process_left, processes_with, run_script)
+from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
+                      launcher_usage_error, long_run, no_process_left, processes_with, run_script)
 
 TINY = ["--config=tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
 TWO_HOSTS = "--hosts=127.0.0.1:1,127.0.0.2:1"
@@ -41,19 +40,11 @@ def test_a_task_killed_on_its_host_takes_the_run_down(tmp_path, ssh_config):
 
 def test_interrupting_the_launcher_stops_the_tasks_on_their_hosts(tmp_path, ssh_config):
     marker = f"ssh-interrupt-{os.getpid()}"
-    process = launch("tf", "--workers=2", TWO_HOSTS, f"--ssh_config={ssh_config}", "--", "--config=tiny",
-                     "--steps=1000000", "--log_every=10", f"--run_name={marker}", cwd=tmp_path,
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        while " step 10/" not in process.stdout.readline():
-            assert process.poll() is None, process.stderr.read()
+    with long_run("tf", marker, tmp_path, TWO_HOSTS, f"--ssh_config={ssh_config}") as process:
         argv = [open(f"/proc/{pid}/cmdline").read().split("\0") for pid in processes_with(marker)]
         assert len([a for a in argv if a[0] == "ssh"]) == len([a for a in argv if a[1].endswith("lifeline.py")]) == 3
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 130
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert no_process_left(marker)
 
 

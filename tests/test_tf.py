@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch, launch_and_wait,
-                      launcher_usage_error, no_process_left, processes_with, read_jsonl, run_script)
+from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
+                      launcher_usage_error, long_run, no_process_left, processes_with, read_jsonl, run_script)
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 
@@ -156,11 +156,7 @@ def test_a_local_run_is_out_of_reach_of_anything_but_itself(tmp_path):
     may_isolate = subprocess.run([sys.executable, "-c", "import ctypes, sys; "
                                   "sys.exit(ctypes.CDLL(None).unshare(0x40000000))"]).returncode == 0
     marker = f"netns-{os.getpid()}"
-    process = launch("tf", "--workers=2", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
-                     f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        while " step 10/" not in process.stdout.readline():
-            assert process.poll() is None, process.stderr.read()
+    with long_run("tf", marker, tmp_path) as process:
         tasks = [pid for pid in processes_with(marker) if "run_tf.py" in open(f"/proc/{pid}/cmdline").read()]
         assert len(tasks) == 3
         if not may_isolate:
@@ -178,24 +174,13 @@ def test_a_local_run_is_out_of_reach_of_anything_but_itself(tmp_path):
         for address in addresses:  # from this machine's own loopback, nobody is there
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection(("127.0.0.1", int(address.rsplit(":", 1)[1])), timeout=2)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        process.wait(timeout=30)
 
 
 def test_ctrl_c_stops_every_task(tmp_path):
     marker = f"ctrl-c-{os.getpid()}"
-    process = launch("tf", "--workers=2", "--", "--config=tiny", "--steps=1000000", "--log_every=10",
-                     f"--run_name={marker}", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        while " step 10/" not in process.stdout.readline():
-            assert process.poll() is None, process.stderr.read()
+    with long_run("tf", marker, tmp_path) as process:
         process.send_signal(signal.SIGINT)  # a terminal's Ctrl-C: the tasks have sessions of their own
         assert process.wait(timeout=30) == 130
-    finally:
-        if process.poll() is None:
-            process.kill()
     assert "launch: interrupted; stopping ps0, worker0, worker1" in process.stderr.read()
     assert no_process_left(marker)
     assert not (tmp_path / "results" / f"{marker}.json").exists()
