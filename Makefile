@@ -14,7 +14,7 @@
 #   WORKERS   workers; run.py emulates them, which makes it the reference of a WORKERS-worker run
 #   PS        parameter-server tasks (parameter-server runners)
 #   DATA      a text in PTB's format (file or directory); empty: the synthetic corpus
-#   HOSTS     other machines (distributed runners)
+#   HOSTS     host:slots,... to run the tasks on over ssh (distributed runners, verify)
 #   CKPT_DIR  checkpoint directory; empty: checkpoints/<runner>
 #   ARGS      any other flags, passed through
 CONFIG   ?= small
@@ -81,6 +81,7 @@ verify: setup
 bench: bench-overhead
 
 bench-overhead: setup
+	$(if $(HOSTS),$(error HOSTS=: bench-overhead measures run.py on this machine only))
 	$(PYTHON) bench/overhead.py $(RUN_FLAGS) $(ARGS)
 
 clean:
