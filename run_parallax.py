@@ -148,10 +148,10 @@ def main():
             cluster.run(session, start)
             recorder = Recorder(args, config, "run_parallax", num_workers)
         cluster.run(session, wait_for_start, starting=True)
+        fetches = [global_loss, final_state, global_norm, step_op] + ([rows_received] if chief else [])
         clock = time.perf_counter()
         state = None
         for step in range(args.steps):
-            fetches = [global_loss, final_state, global_norm, step_op] + ([rows_received] if chief else [])
             step_loss, state, norm, _, *rows = cluster.run(session, fetches, feed(step, state),
                                                            starting=step == 0)
             now = time.perf_counter()

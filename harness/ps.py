@@ -49,6 +49,8 @@ class Cluster:
         self.spec = tf.train.ClusterSpec({"ps": args.ps_hosts, "worker": args.worker_hosts})
         self.addresses = {f"{job}{i}": address for job in ("ps", "worker")
                           for i, address in enumerate(self.spec.job_tasks(job))}
+        self.devices = {f"{job}{i}": f"/job:{job}/task:{i}" for job in ("ps", "worker")
+                        for i in range(self.spec.num_tasks(job))}
         self.name = f"{args.job_name}{args.task_index}"
         self.config = determinism.session_config(args)
         # gRPC would report a taken port in many lines of its own; TensorFlow binds every interface.
@@ -66,9 +68,8 @@ class Cluster:
 
         TensorFlow waits without end for a peer that never starts, so the peers are first probed over TCP
         for up to --startup_timeout seconds."""
-        specs = [tf.DeviceSpec.from_string(peer) for peer in peers]
-        waiting = {task for task in self.addresses for spec in specs
-                   if task.rstrip("0123456789") == spec.job and spec.task in (None, int(task[len(spec.job):]))}
+        waiting = {task for task, device in self.devices.items()
+                   if any(device == peer or device.startswith(peer + "/") for peer in peers)}
         deadline = time.monotonic() + self.args.startup_timeout
         while waiting := {task for task in waiting if not self.reachable(task)}:
             if time.monotonic() > deadline:
