@@ -23,6 +23,14 @@ def run_script(script, *flags, cwd, timeout=300):
                           text=True, timeout=timeout)
 
 
+def train_reference(flags, workers, ckpt_dir, cwd):
+    """Trains run.py --emulate_workers=W with `flags` into `ckpt_dir`: the reference a W-worker run must
+    match."""
+    result = run_script("run.py", *flags, f"--emulate_workers={workers}", "--run_name=reference",
+                        f"--ckpt_dir={ckpt_dir}", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+
+
 def launch(architecture, *flags, cwd, env=None, **popen):
     """The launcher, as `make run-tf` and `make run-horovod` start it: python -m harness.launch ARCH FLAGS."""
     command = [sys.executable, "-m", "harness.launch", architecture, *flags]

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import (REPO, bit_identical, checkpoint_tensors, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, run_script)
+                      launcher_usage_error, train_reference)
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 
@@ -14,8 +14,7 @@ TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("horovod")
-    reference = run_script("run.py", *TINY, "--emulate_workers=2", "--ckpt_dir=ckpt/reference", cwd=work)
-    assert reference.returncode == 0, reference.stderr
+    train_reference(TINY, 2, "ckpt/reference", work)
     for name, extra in {"sparse": [], "dense": ["--sparse_as_dense"]}.items():
         output = launch_and_wait("horovod", "--workers=2", "--", *TINY, *extra, f"--run_name={name}",
                                  f"--ckpt_dir=ckpt/{name}", cwd=work)

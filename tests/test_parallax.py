@@ -9,7 +9,7 @@ import model
 import run_parallax
 from checkpoints_compare import compare
 from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, read_jsonl, run_script)
+                      launcher_usage_error, read_jsonl, train_reference)
 from harness import ps
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
@@ -18,9 +18,7 @@ TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("parallax")
-    reference = run_script("run.py", *TINY, "--emulate_workers=2", "--run_name=reference",
-                           "--ckpt_dir=ckpt/reference", cwd=work)
-    assert reference.returncode == 0, reference.stderr
+    train_reference(TINY, 2, "ckpt/reference", work)
     outputs = {}
     for name, launcher_flags, extra in [("one_ps", ["--ps=1"], []), ("two_ps", ["--ps=2"], ["--partitions=2"]),
                                         ("local_aggregation", ["--ps=1"], ["--local_aggregation=true"])]:
@@ -57,8 +55,7 @@ def test_local_aggregation_over_two_machines(tmp_path):
     gradients orders its sums differently from the reference for 4 workers, so the result is within
     tolerance (README: Determinism), not identical."""
     ten_steps = ["--config=tiny", "--steps=10", "--warmup_steps=2"]
-    assert run_script("run.py", *ten_steps, "--emulate_workers=4", "--ckpt_dir=reference",
-                      cwd=tmp_path).returncode == 0
+    train_reference(ten_steps, 4, "reference", tmp_path)
     launch_and_wait("parallax", "--workers=4", "--machines=2", "--", *ten_steps, "--local_aggregation=true",
                     "--ckpt_dir=aggregated", cwd=tmp_path)
     assert json.loads((tmp_path / "results/run_parallax.json").read_text())["sparse_senders"] == 2
@@ -85,7 +82,7 @@ def test_summing_sparse_gradients_doubles_the_first_embedding_step(tmp_path):
     averaging them: with 2 workers and no clipping (the first global norm is about 1.2, under 5), the first
     update of the embedding is twice the reference's, and every other variable's is the reference's."""
     one_step = ["--config=tiny", "--steps=1", "--warmup_steps=0"]
-    assert run_script("run.py", *one_step, "--emulate_workers=2", "--ckpt_dir=reference", cwd=tmp_path).returncode == 0
+    train_reference(one_step, 2, "reference", tmp_path)
     launch_and_wait("parallax", "--workers=2", "--", *one_step, "--average_sparse=false", "--ckpt_dir=summed",
                     cwd=tmp_path)
     reference, summed = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "summed")

@@ -6,7 +6,7 @@ import signal
 import pytest
 
 from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, long_run, no_process_left, processes_with, run_script)
+                      launcher_usage_error, long_run, no_process_left, processes_with, train_reference)
 
 TINY = ["--config=tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
 TWO_HOSTS = "--hosts=127.0.0.1:1,127.0.0.2:1"
@@ -15,7 +15,7 @@ TWO_HOSTS = "--hosts=127.0.0.1:1,127.0.0.2:1"
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     work = tmp_path_factory.mktemp("ssh")
-    assert run_script("run.py", *TINY, "--emulate_workers=2", "--ckpt_dir=reference", cwd=work).returncode == 0
+    train_reference(TINY, 2, "reference", work)
     return work
 
 

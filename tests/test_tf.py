@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, long_run, no_process_left, processes_with, read_jsonl, run_script)
+                      launcher_usage_error, long_run, no_process_left, processes_with, read_jsonl, run_script,
+                      train_reference)
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 
@@ -19,9 +20,7 @@ TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("tf")
-    reference = run_script("run.py", *TINY, "--emulate_workers=2", "--run_name=reference",
-                           "--ckpt_dir=ckpt/reference", cwd=work)
-    assert reference.returncode == 0, reference.stderr
+    train_reference(TINY, 2, "ckpt/reference", work)
     outputs = {}
     for name, launcher_flags, extra in [("one_ps", ["--ps=1"], []),
                                         ("two_ps", ["--ps=2"], ["--partitions=3"]),
