@@ -37,13 +37,18 @@ def reference_step(config, seed, feed, num_workers):
     return lm, tf.add_n(losses) / num_workers, tf.concat(final_states, axis=2), global_norm, train_op
 
 
-def main():
+def parse_flags(argv=None):
     parser = flags.parser("run", __doc__)
-    parser.add_argument("--emulate_workers", type=flags.positive_int, default=1,
-                        help="compute each step as this many workers' shards, combined as they combine them")
-    args = flags.parse(parser)
+    flags.DEFINE_integer("emulate_workers", 1, "compute each step as this many workers' shards, combined as they "
+                         "combine them", lower_bound=1, flag_values=parser)
+    args = flags.parse(parser, argv)
+    data.shard(model.CONFIGS[args.config].batch_size, 0, args.emulate_workers)  # the workers must divide the batch
+    return args
+
+
+def main():
+    args = parse_flags()
     config = model.CONFIGS[args.config]
-    data.shard(config.batch_size, 0, args.emulate_workers)  # the workers must divide the batch
     batches = data.load(args, config)
 
     tf.compat.v1.disable_eager_execution()

@@ -26,8 +26,8 @@ except ImportError as error:  # absent, or built against another TensorFlow
 
 def parse_flags(argv=None):
     parser = flags.parser("run_horovod", __doc__)
-    parser.add_argument("--sparse_as_dense", action="store_true",
-                        help="densify the embedding's gradient and allreduce it instead of allgathering its rows")
+    flags.DEFINE_boolean("sparse_as_dense", False, "densify the embedding's gradient and allreduce it instead of "
+                         "allgathering its rows", flag_values=parser)
     return flags.parse(parser, argv)
 
 

@@ -39,13 +39,11 @@ except ImportError as error:  # absent, or built against another TensorFlow
 def parse_flags(argv=None):
     parser = flags.parser("run_parallax", __doc__)
     ps.add_cluster_flags(parser)
-    parser.add_argument("--average_sparse", type=flags.boolean, default=True,
-                        help="average the sparse gradients over workers (default) or sum them, as Parallax does "
-                             "by default")
-    parser.add_argument("--local_aggregation", type=flags.boolean, default=False,
-                        help="the workers of one machine (one host of --worker_hosts) sum their sparse gradients on "
-                             "the machine's first worker, which sends one gradient per machine to the parameter "
-                             "servers")
+    flags.DEFINE_boolean("average_sparse", True, "average the sparse gradients over workers (default) or sum "
+                         "them, as Parallax does by default", flag_values=parser)
+    flags.DEFINE_boolean("local_aggregation", False, "the workers of one machine (one host of --worker_hosts) sum "
+                         "their sparse gradients on the machine's first worker, which sends one gradient per machine "
+                         "to the parameter servers", flag_values=parser)
     args = flags.parse(parser, argv)
     ps.check_cluster_flags(args)
     return args

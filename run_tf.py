@@ -33,7 +33,7 @@ import model
 def parse_flags(argv=None):
     parser = flags.parser("run_tf", __doc__)
     ps.add_cluster_flags(parser)
-    parser.add_argument("--sync", type=flags.boolean, default=True, help="synchronous (default) or asynchronous")
+    flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
     args = flags.parse(parser, argv)
     ps.check_cluster_flags(args)
     return args

@@ -9,61 +9,83 @@ parameter servers asynchronously. Then it compares every checkpoint with the ref
 synchronous one with every other (checkpoints_compare), prints a table, and writes
 <results_dir>/verify.json:
 
-    {"config": {...}, "runs": [{"name", "expected", "command", "checkpoint", "throughput"}],
+    {"config": {...}, "match": "identical" | "tolerance",
+     "runs": [{"name", "expected", "command", "checkpoint", "final_loss", "throughput"}],
      "pairs": [{"a", "b", "max_abs_diff", "max_rel_diff", "max_ulp", "identical", "within_tolerance",
-                "differing_variables"}],
+                "differing_variables", "verdict", "cause"}],
      "passed": bool}
 
-Exit status 0 only when every synchronous run matches the reference within tolerance (--rtol, --atol);
-1 when one differs or a run fails; 2 on bad input. --runner_args NAME=FLAGS adds flags to one run, for
-negative controls: "parallax=--average_sparse=false" (sums instead of averaging) or "horovod=--seed=2" must
-fail, naming the variables that differ.
+The verdict. With 2 workers (or 1) every synchronous run must be IDENTICAL to the reference, bit for bit: each
+reduction of two workers' gradients is one commutative addition, so any correct run reaches the same bits,
+and a run that does not is wrong however small the difference. With more workers, Horovod's ring adds the
+workers' dense gradients in its own order, so runs that allreduce must be within tolerance (--rtol, --atol)
+and the table names that cause. --match=identical or --match=tolerance overrides the default, and the
+output says so. Exit status 0 only when every synchronous run passes; 1 when one does not, when a run fails,
+or when a run's loss or parameters are not finite; 2 on bad input, found before the first run starts.
+
+--runner_args NAME=FLAGS adds flags to one run, for negative controls: "parallax=--average_sparse=false" (sums
+instead of averaging) or "horovod=--seed=2" must fail, naming the variables that differ.
 """
 import json
+import math
 import os
 import shlex
 import subprocess
 import sys
+import time
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import flags
+from harness import flags, launch
+from harness.starters.ssh import Ssh
 
 import checkpoints_compare
+import run
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
-# name: (how to run it, extra runner flags, the expected relation to the reference)
+
+# name: (how to run it, extra runner flags, the expected relation to the reference, why it may differ by
+# rounding with more than 2 workers: None where it must stay identical at any W)
+RING_ORDER = "Horovod's ring allreduce adds the workers' dense gradients in ring order, not worker order"
 RUNS = {
-    "reference": ("run.py", [], "reference"),
-    "tf": ("tf", [], "identical"),
-    "horovod": ("horovod", [], "identical"),
-    "horovod-dense": ("horovod", ["--sparse_as_dense"], "identical"),
-    "parallax": ("parallax", [], "identical"),
-    "parallax-local": ("parallax", ["--local_aggregation=true"], "identical"),
-    "tf-async": ("tf", ["--sync=false"], "different"),
+    "reference": ("run.py", [], "reference", None),
+    "tf": ("tf", [], "identical", None),
+    "horovod": ("horovod", [], "identical", RING_ORDER),
+    "horovod-dense": ("horovod", ["--sparse_as_dense"], "identical", RING_ORDER),
+    "parallax": ("parallax", [], "identical", RING_ORDER),
+    "parallax-local": ("parallax", ["--local_aggregation=true"], "identical", RING_ORDER),
+    "tf-async": ("tf", ["--sync=false"], "different", None),
 }
 
 
-def parse_flags():
+def parse_flags(argv=None):
     parser = flags.parser("verify", __doc__)
-    parser.add_argument("--workers", type=flags.positive_int, default=2)
-    parser.add_argument("--ps", type=flags.positive_int, default=1)
-    parser.add_argument("--hosts", help="host:slots,...: the distributed runs on these hosts over ssh "
-                                        "(python -m harness.launch --help)")
-    parser.add_argument("--rtol", type=float, default=checkpoints_compare.DEFAULT_RTOL)
-    parser.add_argument("--atol", type=float, default=checkpoints_compare.DEFAULT_ATOL)
-    parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated (default: all)")
-    parser.add_argument("--runner_args", action="append", default=[], metavar="NAME=FLAGS",
-                        help="extra flags for one run, e.g. parallax=--average_sparse=false")
-    parser.set_defaults(steps=60, ckpt_dir=os.path.join("checkpoints", "verify"))
-    args = flags.parse(parser)
-    args.runs = args.runs.split(",")
-    if args.hosts:
-        flags.host_slots(args.hosts)  # checked here, once
+    parser.set_default("steps", 60)
+    parser.set_default("ckpt_dir", os.path.join("checkpoints", "verify"))
+    flags.DEFINE_integer("workers", 2, "workers of every distributed run", lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("ps", 1, "parameter-server tasks", lower_bound=1, flag_values=parser)
+    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: the distributed runs on these hosts over "
+                        "ssh (python -m harness.launch --help)", parser)
+    flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts", flag_values=parser)
+    flags.DEFINE_finite_float("rtol", checkpoints_compare.DEFAULT_RTOL, "relative tolerance (when the verdict "
+                              "allows one)", parser)
+    flags.DEFINE_finite_float("atol", checkpoints_compare.DEFAULT_ATOL, "absolute tolerance (when the verdict "
+                              "allows one)", parser)
+    flags.DEFINE_enum("match", "auto", ["auto", "identical", "tolerance"], "what a synchronous run must achieve: "
+                      "auto is identical with up to 2 workers and within tolerance with more", flag_values=parser)
+    flags.DEFINE_list("runs", list(RUNS), "which runs, comma-separated (default: all)", flag_values=parser)
+    flags.DEFINE_multi_string("runner_args", [], "NAME=FLAGS: extra flags for one run, e.g. "
+                              "parallax=--average_sparse=false", flag_values=parser)
+    args = flags.parse(parser, argv)
     unknown = [name for name in args.runs if name not in RUNS]
-    if unknown or "reference" not in args.runs:
-        raise harness.UsageError(f"--runs: must include reference and name only {', '.join(RUNS)}; got "
-                                 f"{', '.join(unknown) or 'no reference'}")
+    repeated = sorted({name for name in args.runs if args.runs.count(name) > 1})
+    if unknown or repeated or "reference" not in args.runs:
+        why = (f"unknown {', '.join(unknown)}" if unknown else f"{', '.join(repeated)} named twice" if repeated
+               else "no reference")
+        raise harness.UsageError(f"--runs: {why}; name each of {', '.join(RUNS)} at most once, reference included")
+    if not any(RUNS[name][2] == "identical" for name in args.runs):
+        raise harness.UsageError(f"--runs: no synchronous run to verify (of {', '.join(args.runs)}); name at least "
+                                 f"one of {', '.join(n for n in RUNS if RUNS[n][2] == 'identical')}")
     extra = {}
     for item in args.runner_args:
         name, _, value = item.partition("=")
@@ -71,11 +93,20 @@ def parse_flags():
             raise harness.UsageError(f"--runner_args: {name!r} is not one of the runs ({', '.join(args.runs)})")
         extra[name] = extra.get(name, []) + shlex.split(value)
     args.runner_args = extra
+    args.identical = args.match == "identical" or (args.match == "auto" and args.workers <= 2)
+    for name in args.runs:  # every run's flags, checked now rather than minutes in, when the run starts
+        check_run_flags(args, name)
+    if args.hosts:
+        chief = launch.place(args.workers, args.ps, args.hosts)[0][0]
+        if not Ssh(args.ssh_config).shares_workdir(chief):
+            raise harness.UsageError(f"--hosts: {chief} (the chief) does not see this working directory "
+                                     f"{os.getcwd()}, where verify reads the runs' results: run from a file "
+                                     f"system every host shares")
     return args
 
 
 def command(args, name):
-    how, runner_flags, _ = RUNS[name]
+    how, runner_flags, _, _ = RUNS[name]
     shared = [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
               f"--seed={args.seed}", f"--results_dir={args.results_dir}", f"--run_name=verify-{name}",
               f"--ckpt_dir={os.path.join(args.ckpt_dir, name)}", f"--log_every={args.log_every}",
@@ -84,70 +115,135 @@ def command(args, name):
               *runner_flags, *args.runner_args.get(name, [])]
     if how == "run.py":
         return [sys.executable, os.path.join(REPO, "run.py"), f"--emulate_workers={args.workers}", *shared]
-    return [sys.executable, "-m", "harness.launch", how, f"--workers={args.workers}", f"--ps={args.ps}",
-            *([f"--hosts={args.hosts}"] if args.hosts else []), "--", *shared]
+    hosts = [f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}",
+             "--require_shared_workdir"] if args.hosts else []
+    ssh_config = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []
+    return [sys.executable, "-m", "harness.launch", how, f"--workers={args.workers}", f"--ps={args.ps}", *hosts,
+            *ssh_config, "--", *shared]
+
+
+def check_run_flags(args, name):
+    """Parses the flags `name`'s command will be given, as its runner will: bad input is a UsageError now."""
+    argv = command(args, name)
+    try:
+        if RUNS[name][0] == "run.py":
+            run.parse_flags(argv[2:])
+        else:
+            launch.parse_flags(argv[3:])
+    except harness.UsageError as error:
+        raise harness.UsageError(f"run {name}: {error}")
+
+
+class RunFailed(Exception):
+    """A run that failed or left results that cannot be trusted; the message says which and why."""
+
+
+def train(args, name):
+    """Runs `name` and returns what verify records of it, checked to be this run's and finite."""
+    argv = command(args, name)
+    summary_path = os.path.join(args.results_dir, f"verify-{name}.json")
+    if os.path.exists(summary_path):
+        os.remove(summary_path)
+    print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
+    started = time.time()
+    if subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode:
+        raise RunFailed(f"run {name} failed")
+    if not os.path.exists(summary_path):
+        raise RunFailed(f"run {name} finished but wrote no {summary_path}")
+    with open(summary_path) as f:
+        summary = json.load(f)
+    checkpoint = summary["checkpoint"]
+    expected = os.path.join(args.ckpt_dir, name, f"model.ckpt-{args.steps}")
+    written = [os.path.getmtime(p) for p in (summary_path, checkpoint + ".index") if os.path.exists(p)]
+    if (os.path.normpath(checkpoint) != os.path.normpath(expected) or len(written) < 2 or min(written) < started - 1
+            or (summary["steps"], summary["seed"], summary["config"]["name"]) != (args.steps, args.seed, args.config)):
+        raise RunFailed(f"run {name}: {summary_path} or its checkpoint {checkpoint} is not from this run")
+    non_finite = checkpoints_compare.non_finite(checkpoint)
+    if non_finite or not math.isfinite(summary["final_loss"]):
+        raise RunFailed(f"run {name} diverged: final loss {summary['final_loss']}, non-finite parameters in "
+                        f"{', '.join(non_finite) or 'none'}")
+    return {"name": name, "expected": RUNS[name][2], "command": argv, "checkpoint": checkpoint,
+            "final_loss": summary["final_loss"], "throughput": summary["throughput"]}
+
+
+def judge(args, a, b, result):
+    """(passed, verdict, cause) of one pair; `passed` is None for a pair that is not part of the verdict."""
+    expected = {a: RUNS[a][2], b: RUNS[b][2]}
+    differing = result["differing_variables"]
+    if "different" in expected.values():
+        return None, "differs, as expected (asynchronous)" if not result["identical"] else "identical", \
+            "asynchronous updates are applied to whatever the variables hold: stale gradients" \
+            if not result["identical"] else None
+    if result["identical"]:
+        return True, "identical", None
+    if args.identical:
+        return False, f"NOT IDENTICAL (required with {args.workers} workers): {', '.join(differing) or 'rounding'}", None
+    causes = [RUNS[name][3] for name in (a, b) if RUNS[name][3]]
+    if result["within_tolerance"]:
+        return True, "within tolerance", causes[0] if causes else "unexplained: this pair should be identical"
+    return False, "DIFFERS: " + ", ".join(differing), None
 
 
 def main():
     args = parse_flags()
+    os.makedirs(args.results_dir, exist_ok=True)
+    verdict_path = os.path.join(args.results_dir, "verify.json")
+    if os.path.exists(verdict_path):
+        os.remove(verdict_path)  # an earlier verdict must not stand for this run
+    if args.match != "auto":
+        print(f"verify: --match={args.match} overrides the default (identical with up to 2 workers, within "
+              f"tolerance with more)", flush=True)
     runs = []
     for name in args.runs:
-        argv = command(args, name)
-        print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
-        if subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode:
-            print(f"verify: run {name} failed", file=sys.stderr)
+        try:
+            runs.append(train(args, name))
+        except RunFailed as error:
+            print(f"verify: FAILED: {error}", file=sys.stderr)
             return 1
-        with open(os.path.join(args.results_dir, f"verify-{name}.json")) as f:
-            summary = json.load(f)
-        runs.append({"name": name, "expected": RUNS[name][2], "command": argv,
-                     "checkpoint": summary["checkpoint"], "throughput": summary["throughput"]})
 
-    checkpoint = {run["name"]: run["checkpoint"] for run in runs}
-    synchronous = [run["name"] for run in runs if run["expected"] == "identical"]
+    checkpoint = {r["name"]: r["checkpoint"] for r in runs}
+    synchronous = [r["name"] for r in runs if r["expected"] == "identical"]
     pairs = [("reference", name) for name in args.runs if name != "reference"]
     pairs += [(a, b) for i, a in enumerate(synchronous) for b in synchronous[i + 1:]]
     results = []
     for a, b in pairs:
         result = checkpoints_compare.compare(checkpoint[a], checkpoint[b], args.rtol, args.atol)
-        results.append({"a": a, "b": b, **{key: result[key] for key in
-                                           ("max_abs_diff", "max_rel_diff", "max_ulp", "identical",
-                                            "within_tolerance")},
-                        "differing_variables": [v["name"] for v in result["variables"] if not v["within_tolerance"]]
-                        + result["missing"] + result["extra"] + [m["name"] for m in result["mismatched"]]})
-    passed = all(r["within_tolerance"] for r in results if r["a"] in synchronous + ["reference"]
-                 and r["b"] in synchronous)
+        pair = {"a": a, "b": b, **{key: result[key] for key in ("max_abs_diff", "max_rel_diff", "max_ulp",
+                                                                  "identical", "within_tolerance")},
+                "differing_variables": [v["name"] for v in result["variables"] if not v["identical"]]
+                + result["missing"] + result["extra"] + [m["name"] for m in result["mismatched"]]}
+        pair["passed"], pair["verdict"], pair["cause"] = judge(args, a, b, pair)
+        results.append(pair)
+    passed = all(p["passed"] is not False for p in results)
     report(args, runs, results, passed)
-    os.makedirs(args.results_dir, exist_ok=True)
-    with open(os.path.join(args.results_dir, "verify.json"), "w") as f:
+    with open(verdict_path + ".partial", "w") as f:
         json.dump({"config": {"config": args.config, "steps": args.steps, "seed": args.seed,
                               "workers": args.workers, "ps": args.ps, "data": args.data_path or "synthetic",
                               "rtol": args.rtol, "atol": args.atol},
+                   "match": "identical" if args.identical else "tolerance",
                    "runs": runs, "pairs": results, "passed": passed}, f, indent=2)
+    os.replace(verdict_path + ".partial", verdict_path)
     return 0 if passed else 1
 
 
 def report(args, runs, pairs, passed):
-    expected = {run["name"]: run["expected"] for run in runs}
+    rule = ("identical, bit for bit" if args.identical
+            else f"within tolerance rtol={args.rtol:g} atol={args.atol:g}")
     print(f"\nverify: {args.config} config, {args.steps} steps, seed {args.seed}, {args.workers} workers, "
-          f"{args.ps} PS; tolerance rtol={args.rtol:g} atol={args.atol:g}")
+          f"{args.ps} PS; every synchronous run must be {rule}")
     print(f"{'a':14s} {'b':14s} {'max |diff|':>11s} {'max rel':>10s} {'max ULP':>10s}  verdict")
     for p in pairs:
-        if p["identical"]:
-            verdict = "identical"
-        elif p["within_tolerance"]:
-            verdict = "within tolerance"
-        elif "different" in (expected[p["a"]], expected[p["b"]]):
-            verdict = "differs, as expected (asynchronous)"
-        else:
-            verdict = "DIFFERS: " + ", ".join(p["differing_variables"])
         print(f"{p['a']:14s} {p['b']:14s} {p['max_abs_diff']:11.3g} {p['max_rel_diff']:10.3g} "
-              f"{p['max_ulp'] if p['max_ulp'] is not None else '-':>10}  {verdict}")
+              f"{p['max_ulp'] if p['max_ulp'] is not None else '-':>10}  {p['verdict']}")
+    causes = sorted({p["cause"] for p in pairs if p["cause"]})
+    for cause in causes:
+        print(f"  why not identical: {cause}")
     print("\nthroughput (words/sec, median [central 68%], after the warm-up):")
-    for run in runs:
-        t = run["throughput"]
-        print(f"  {run['name']:14s} {t['median']:10,.0f}  [{t['p16']:,.0f}, {t['p84']:,.0f}]")
+    for r in runs:
+        t = r["throughput"]
+        print(f"  {r['name']:14s} {t['median']:10,.0f}  [{t['p16']:,.0f}, {t['p84']:,.0f}]")
     print(f"\nverify: {'PASSED' if passed else 'FAILED'}: every synchronous run "
-          f"{'matches' if passed else 'must match'} the reference")
+          f"{'matches' if passed else 'must match'} the reference ({rule})")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ graph in a loop with nothing around it. Each round runs both at the same time, e
     python bench/overhead.py --config=small --steps=300 --warmup_steps=50 --rounds=4
 
 Writes <results_dir>/bench-overhead.json. The figure is the median over rounds of
-(run.py median words/sec) / (bare loop median words/sec); the target is >= 0.97."""
+(run.py median words/sec) / (bare loop median words/sec); the target is >= 0.97. Exit status 0 when it is met,
+1 when it is missed."""
 import json
 import os
 import statistics
@@ -30,8 +31,8 @@ def _start(core, command):
 
 def main():
     parser = flags.parser("bench-overhead", __doc__)
-    parser.add_argument("--rounds", type=flags.positive_int, default=4,
-                        help="pairs of runs; an even number gives each loop each core equally often")
+    flags.DEFINE_integer("rounds", 4, "pairs of runs; an even number gives each loop each core equally often",
+                         lower_bound=1, flag_values=parser)
     args = flags.parse(parser)
     shared = [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
               f"--seed={args.seed}", f"--intra_op_threads={args.intra_op_threads}",
@@ -52,7 +53,7 @@ def main():
             bare_output, _ = bare_loop.communicate()
             run_py.communicate()
             if run_py.returncode or bare_loop.returncode:
-                raise RuntimeError(f"round {i + 1} failed: run.py exit {run_py.returncode}, "
+                raise SystemExit(f"round {i + 1} failed: run.py exit {run_py.returncode}, "
                                    f"bare loop exit {bare_loop.returncode}")
             with open(os.path.join(scratch, "run.json")) as f:
                 harnessed = json.load(f)["throughput"]["median"]
@@ -70,7 +71,8 @@ def main():
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
     print(f"harness overhead: run.py / bare loop = {ratio:.3f} (median of {args.rounds} rounds; target >= "
-          f"{TARGET}) -> {path}")
+          f"{TARGET}): {'met' if result['met'] else 'MISSED'} -> {path}")
+    return 0 if result["met"] else 1
 
 
 if __name__ == "__main__":

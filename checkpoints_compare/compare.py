@@ -22,8 +22,9 @@ Per checkpoint: path (the prefix read); the same three maxima over its variables
 `extra` (in OTHER only) and `mismatched` (shape or dtype differs) name variables, and any of them makes the
 checkpoint differ. Its verdict is "identical" (every variable identical), "within_tolerance" or "differs".
 
-Python API: load(path) -> prefix and compare(reference_path, other_path, rtol, atol) -> the per-checkpoint
-dict above; both raise CheckpointError, naming the path, for what is not a readable checkpoint.
+Python API: load(path) -> prefix, compare(reference_path, other_path, rtol, atol) -> the per-checkpoint
+dict above, and non_finite(path) -> the names of variables holding NaN or infinity; they raise
+CheckpointError, naming the path, for what is not a readable checkpoint.
 
 Default tolerances, rtol=1e-05 and atol=1e-07: architectures that add the same gradients in another order
 get sums that float32 rounds differently (one rounding is up to 6e-8 relative), and a few hundred SGD steps
@@ -96,6 +97,16 @@ def compare(reference_path, other_path, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL):
             "identical": identical, "within_tolerance": within_tolerance,
             **{key: _largest(v[key] for v in variables) for key in ("max_abs_diff", "max_rel_diff", "max_ulp")},
             "missing": missing, "extra": extra, "mismatched": mismatched, "variables": variables}
+
+
+def non_finite(path):
+    """Names of the float variables of the checkpoint at `path` that hold a NaN or an infinity."""
+    prefix, reader = _open(path)
+    names = []
+    for name, dtype in sorted(reader.get_variable_to_dtype_map().items()):
+        if dtype.is_floating and not np.isfinite(_tensor(reader, prefix, name)).all():
+            names.append(name)
+    return names
 
 
 def _open(path):

@@ -1,96 +1,95 @@
-"""The flags every runner shares, and their validation: a bad value is one line naming the flag, exit 2."""
+"""The flags every runner shares, defined with absl.flags as TensorFlow's own scripts define theirs, and their
+validation: a bad value is one line naming the flag, exit 2.
+
+A runner builds its flags on a FlagValues of its own (not absl's global FLAGS: the launcher and the tests
+parse several runners' flags in one process):
+
+    parser = flags.parser("run_tf", __doc__)
+    flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
+    args = flags.parse(parser)            # args.sync, args.config, ...
+
+absl gives every script `--flagfile=experiment.flags` (one flag per line) and `--undefok`; `parse` adds
+`--help` (`-h`, `--helpshort`, `--helpfull`): the script's description and every flag with its default.
+"""
 import argparse
+import math
 import os
+import sys
+
+from absl import flags as absl_flags
+from absl.flags import (DEFINE_boolean, DEFINE_enum, DEFINE_float, DEFINE_integer, DEFINE_list,  # noqa: F401
+                        DEFINE_multi_string, DEFINE_string)
 
 import model
 from harness import UsageError
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse would print the whole usage first; one line is enough
-        raise UsageError(message)
+HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull", "-?")
 
 
-def _int_at_least(minimum):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
+class FlagSet(absl_flags.FlagValues):
+    """absl's FlagValues, with the program's name and description for --help."""
+
+    def __init__(self, prog, description):
+        super().__init__()
+        self.__dict__["prog"], self.__dict__["description"] = prog, description
+        self.set_gnu_getopt(True)  # flags may follow other arguments (the launcher's architecture comes first)
 
 
-positive_int = _int_at_least(1)
-non_negative_int = _int_at_least(0)
-
-
-def boolean(text):
-    if text.lower() in ("true", "1", "yes"):
-        return True
-    if text.lower() in ("false", "0", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def host_list(text):
-    """host:port,host:port,... as a list."""
-    hosts = text.split(",")
-    for host in hosts:
-        name, _, port = host.rpartition(":")
-        if not name or not port.isdigit() or not 0 < int(port) < 65536:
-            raise argparse.ArgumentTypeError(f"expected host:port,..., got {host!r}")
-    return hosts
-
-
-def host_slots(text):
-    """host:slots,host:slots,... (horovodrun's -H) as a list of (host, slots)."""
-    pairs = []
-    for item in text.split(","):
-        name, _, slots = item.rpartition(":")
-        if not name or not slots.isdigit() or int(slots) < 1:
-            raise argparse.ArgumentTypeError(f"expected host:slots,..., got {item!r}")
-        pairs.append((name, int(slots)))
-    return pairs
-
-
-def empty_parser(prog, description):
-    """An argument parser whose errors are UsageErrors."""
-    return _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+def validate(flag_values, name, check, message):
+    """A check of one flag's value; a failure is one line naming the flag: "--name=value: message"."""
+    absl_flags.register_validator(name, check, message=message, flag_values=flag_values)
 
 
 def parser(runner, description):
-    """An argument parser with the shared flags; `runner` names the default checkpoint directory and run."""
-    p = empty_parser(f"{runner}.py", description)
-    p.add_argument("--config", choices=sorted(model.CONFIGS), default="small",
-                   help="model configuration (model.CONFIGS): tiny for tests, small and medium as in the paper")
-    p.add_argument("--steps", type=positive_int, default=300, help="training steps")
-    p.add_argument("--warmup_steps", type=non_negative_int, default=50,
-                   help="first steps left out of the throughput figures (default %(default)s)")
-    p.add_argument("--seed", type=non_negative_int, default=1,
-                   help="fixes the initial parameters, the synthetic corpus and the dropout masks")
-    p.add_argument("--data_path", default="",
-                   help="a text in PTB's format (a file, or a directory with ptb.train.txt); "
-                        "default: a synthetic Zipf corpus from --seed")
-    p.add_argument("--ckpt_dir", default=os.path.join("checkpoints", runner),
-                   help="where the final checkpoint goes (default %(default)s)")
-    p.add_argument("--results_dir", default="results", help="where the JSON results and TensorBoard logs go")
-    p.add_argument("--run_name", default=runner,
-                   help="names the result files: <results_dir>/<run_name>.json and .jsonl (default %(default)s)")
-    p.add_argument("--log_every", type=positive_int, default=20, help="steps between progress lines")
-    p.add_argument("--intra_op_threads", type=positive_int, default=1,
-                   help="threads inside one op; summation order depends on it, so keep it equal across the "
-                        "runs you compare (default %(default)s)")
-    p.add_argument("--inter_op_threads", type=positive_int, default=1, help="ops run concurrently")
+    """The shared flags; `runner` names the default checkpoint directory and run."""
+    p = FlagSet(f"{runner}.py", description)
+    DEFINE_enum("config", "small", sorted(model.CONFIGS),
+                "model configuration (model.CONFIGS): tiny for tests, small and medium as in the paper", flag_values=p)
+    DEFINE_integer("steps", 300, "training steps", lower_bound=1, flag_values=p)
+    DEFINE_integer("warmup_steps", 50, "first steps left out of the throughput figures", lower_bound=0,
+                   flag_values=p)
+    DEFINE_integer("seed", 1, "fixes the initial parameters, the synthetic corpus and the dropout masks",
+                   lower_bound=0, flag_values=p)
+    DEFINE_string("data_path", "", "a text in PTB's format (a file, or a directory with ptb.train.txt); "
+                  "default: a synthetic Zipf corpus from --seed", flag_values=p)
+    DEFINE_string("ckpt_dir", os.path.join("checkpoints", runner), "where the final checkpoint goes", flag_values=p)
+    DEFINE_string("results_dir", "results", "where the JSON results and TensorBoard logs go", flag_values=p)
+    DEFINE_string("run_name", runner, "names the result files: <results_dir>/<run_name>.json and .jsonl",
+                  flag_values=p)
+    DEFINE_integer("log_every", 20, "steps between progress lines", lower_bound=1, flag_values=p)
+    DEFINE_integer("intra_op_threads", 1, "threads inside one op; summation order depends on it, so keep it "
+                   "equal across the runs you compare", lower_bound=1, flag_values=p)
+    DEFINE_integer("inter_op_threads", 1, "ops run concurrently", lower_bound=1, flag_values=p)
     return p
 
 
-def parse(parser, argv=None):
-    """Parsed and cross-checked flags."""
-    args = parser.parse_args(argv)
+def parse(flag_values, argv=None, positional=0):
+    """Parses `argv` (default: the command line's arguments) into an argparse.Namespace of every flag. Bad
+    input raises UsageError with one line naming the flag. `positional` arguments are allowed before or among
+    the flags (returned as args.positional). --help prints the description and the flags, and exits 0.
+
+    For a runner's flags (those of `parser`) it also checks them against each other and the output
+    directories, and removes the summary and checkpoint an earlier run left at this run's paths: from here
+    on, nothing that looks finished is there until this run finishes."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(arg in HELP_FLAGS for arg in argv):
+        print(help_text(flag_values))
+        sys.exit(0)
+    try:
+        rest = flag_values([flag_values.prog, *argv])[1:]
+    except absl_flags.Error as error:
+        raise UsageError(_one_line(error))
+    if len(rest) != positional:
+        raise UsageError(f"unexpected argument {rest[positional]!r}" if len(rest) > positional
+                         else "missing argument")
+    args = argparse.Namespace(**{name: flag_values[name].value for name in flag_values},
+                              **({"positional": rest} if positional else {}))
+    if "steps" in flag_values:
+        _check_run(args)
+    return args
+
+
+def _check_run(args):
     if args.warmup_steps >= args.steps:
         raise UsageError(f"--warmup_steps={args.warmup_steps} must be smaller than --steps={args.steps}: "
                          "the throughput timer needs steps after the warm-up")
@@ -98,4 +97,96 @@ def parse(parser, argv=None):
         raise UsageError(f"--data_path: {args.data_path} does not exist")
     if not args.run_name or os.sep in args.run_name:
         raise UsageError(f"--run_name: {args.run_name!r} is not a file name")
-    return args
+    for flag in ("ckpt_dir", "results_dir"):
+        problem = unwritable(getattr(args, flag))
+        if problem:
+            raise UsageError(f"--{flag}={getattr(args, flag)}: {problem}")
+    from harness import recorder  # not at the top: recorder imports TensorFlow, the launcher's flags need not
+    recorder.remove_stale_outputs(args)
+
+
+def unwritable(directory):
+    """Why `directory` cannot be created or written, or None if it can. Creates nothing."""
+    path = os.path.abspath(directory)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        return f"{path} is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path} is not writable"
+    return None
+
+
+def _one_line(error):
+    """absl's message as one line that names the flag as --flag."""
+    if isinstance(error, absl_flags.UnrecognizedFlagError):
+        return f"--{error.flagname}: no such flag"
+    message = " ".join(str(error).split())
+    if message.endswith("must have a value other than None."):  # a required flag that was not given
+        return message.split(":")[0][len("flag "):].replace("=None", "") + ": required"
+    if "Unable to open flagfile" in message:
+        return "--flagfile: " + message.split("Unable to open flagfile: ")[-1]
+    if "Non-boolean argument to boolean flag" in message:
+        return message.split(":")[0][len("flag "):] + ": expected true or false"
+    return message[len("flag "):] if message.startswith("flag --") else message
+
+
+def help_text(flag_values):
+    """The --help text: the description, then each flag with its help and default."""
+    lines = [f"usage: {flag_values.prog} [flags]", "", flag_values.description.strip(), "", "flags:"]
+    for name in sorted(flag_values):
+        flag = flag_values[name]
+        lines.append(f"  --{name}: {flag.help}" + (f" (default: {flag.default_as_str})" if flag.default_as_str
+                                                   else ""))
+    lines.append("  --flagfile: read more flags from this file, one per line")
+    return "\n".join(lines)
+
+
+def host_list(text):
+    """host:port,host:port,... as a list; raises ValueError naming the bad item."""
+    hosts = text.split(",")
+    for host in hosts:
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"expected host:port,..., got {host!r}")
+    return hosts
+
+
+def host_slots(text):
+    """host:slots,host:slots,... (horovodrun's -H) as a list of (host, slots); raises ValueError naming the bad
+    item."""
+    pairs = []
+    for item in text.split(","):
+        name, _, slots = item.rpartition(":")
+        if not name or not slots.isdigit() or int(slots) < 1:
+            raise ValueError(f"expected host:slots,..., got {item!r}")
+        pairs.append((name, int(slots)))
+    return pairs
+
+
+class _Parsed(absl_flags.ArgumentParser):
+    """An absl argument parser from a function that turns the text into the value or raises ValueError."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def parse(self, argument):
+        return self.function(argument) if isinstance(argument, str) else argument
+
+    def flag_type(self):
+        return self.function.__name__
+
+
+def DEFINE_parsed(name, default, function, help, flag_values, required=False):
+    """A flag whose text `function` (host_list, host_slots) turns into its value; absl reports its ValueError
+    naming the flag."""
+    absl_flags.DEFINE(_Parsed(function), name, default, help, flag_values=flag_values)
+    if required:
+        absl_flags.mark_flag_as_required(name, flag_values=flag_values)
+
+
+def DEFINE_finite_float(name, default, help, flag_values, lower_bound=0.0):
+    """A float flag that must be finite and at least `lower_bound` (absl's bounds let nan through)."""
+    DEFINE_float(name, default, help, flag_values=flag_values)
+    validate(flag_values, name, lambda value: math.isfinite(value) and value >= lower_bound,
+             f"must be a finite number >= {lower_bound:g}")

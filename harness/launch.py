@@ -6,29 +6,26 @@
     python -m harness.launch tf --hosts=h1:2,h2:2 -- ...                             (make run-tf HOSTS=...)
 
 A Task is what to run: a name ("worker1", "ps0"), a command line, its extra environment and its host; the
-`*_tasks` functions build them for each architecture. A starter is how to start a task: `LocalProcess`
-starts it as a child process of this machine, `Ssh` on its host through a local ssh client. (Later
-starters wrap the same Task in a network namespace, a Docker container or srun.) `run_tasks` is the one
+`*_tasks` functions build them for each architecture. A starter is how to start a task, one module each
+under harness/starters/: `local.LocalProcess` starts it as a child process of this machine, `ssh.Ssh` on its
+host through a local ssh client. `run_tasks` is the one
 place where a run's tasks are started, their output is prefixed with their names, their exit statuses are
 read and, when one fails or the user presses Ctrl-C, the others are stopped: a dead task takes the whole run
 down at once, with a message naming it.
 """
-import ctypes
 import dataclasses
-import fcntl
 import importlib
 import json
 import os
-import shlex
 import socket
-import struct
-import subprocess
 import sys
 import threading
 import time
 
 import harness
-from harness import data, flags, lifeline, partition_search
+from harness import data, flags, partition_search
+from harness.starters.local import LocalProcess, isolate_network
+from harness.starters.ssh import Ssh
 import model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,67 +41,6 @@ class Task:
     argv: list
     env: dict = dataclasses.field(default_factory=dict)
     host: str = "127.0.0.1"
-
-
-class LocalProcess:
-    """A task as a local child process, in a process group of its own so that stopping it reaches every
-    process it started. It dies with the launcher, even when the launcher is killed with -9."""
-
-    def start(self, task, stdin=subprocess.DEVNULL):
-        return subprocess.Popen(task.argv, env={**os.environ, **task.env}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=stdin, start_new_session=True,
-                                text=True, errors="replace", preexec_fn=lifeline.die_with_parent)
-
-    def stop(self, process, grace_seconds):
-        lifeline.stop(process, grace_seconds)
-
-    def free_ports(self, host, count):
-        """Ports free on this machine now (the OS picks them; a task binds its port moments later)."""
-        sockets = [socket.socket() for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        ports = [sock.getsockname()[1] for sock in sockets]
-        for sock in sockets:
-            sock.close()
-        return ports
-
-
-class Ssh:
-    """A task on its host, run by a local ssh client (BatchMode: keys, no passwords), as horovodrun and mpirun
-    do. The repository, its .venv and the working directory (where outputs go) must be at the same paths on
-    every host, as for mpirun. On the host the task runs under
-    harness/lifeline.py, which stops it when the connection closes, so stopping the local ssh client stops
-    the task."""
-
-    FREE_PORTS = ("import socket, sys; s = [socket.socket() for _ in range(int(sys.argv[1]))]; "
-                  "[x.bind(('', 0)) for x in s]; print(*[x.getsockname()[1] for x in s])")
-
-    def __init__(self, config_file=None):
-        self.ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                    *(["-F", config_file] if config_file else [])]
-        self.local = LocalProcess()
-
-    def command(self, host, argv, env=None):
-        assignments = [f"{name}={value}" for name, value in (env or {}).items()]
-        return [*self.ssh, host, f"cd {shlex.quote(os.getcwd())} && exec {shlex.join(['env', *assignments, *argv])}"]
-
-    def start(self, task):
-        argv = [sys.executable, os.path.join(REPO, "harness", "lifeline.py"), *task.argv]
-        return self.local.start(Task(task.name, self.command(task.host, argv, task.env)), stdin=subprocess.PIPE)
-
-    def stop(self, process, grace_seconds):
-        self.local.stop(process, grace_seconds)  # closes the connection: lifeline.py stops the task
-
-    def free_ports(self, host, count):
-        """Ports free on `host` now; this is also the check that the host answers over ssh and has the
-        working directory and the .venv."""
-        result = subprocess.run(self.command(host, [sys.executable, "-c", self.FREE_PORTS, str(count)]),
-                                stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        if result.returncode:
-            why = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
-            raise harness.UsageError(f"host {host}: {'unreachable over ssh: ' if result.returncode == 255 else ''}"
-                                     f"{why}")
-        return [int(port) for port in result.stdout.split()]
 
 
 def _copy_output(name, stream, lock):
@@ -148,8 +84,7 @@ def run_tasks(tasks, starter=None, grace_seconds=5.0, poll_seconds=0.1):
         print(f"launch: interrupted; stopping {', '.join(running)}", file=sys.stderr, flush=True)
         return 130
     finally:
-        for process in running.values():
-            starter.stop(process, grace_seconds)
+        starter.stop_all(list(running.values()), grace_seconds)
         for reader in readers:
             reader.join(timeout=grace_seconds)
 
@@ -220,25 +155,6 @@ def with_ports(hosts, starter):
     return [f"{host}:{free[host].pop()}" for host in hosts]
 
 
-def isolate_network():
-    """Moves this process, and so every task it starts, into a network namespace of its own whose only
-    interface is a loopback interface. TensorFlow's gRPC server listens on every interface (0.0.0.0 is
-    hard-coded, with no option), so this is what keeps a local run's servers out of reach of anything but the
-    run itself. It needs CAP_SYS_ADMIN (root); without it, the launcher says so and stays on this machine's
-    network. Returns whether the run is isolated."""
-    CLONE_NEWNET, SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x40000000, 0x8913, 0x8914, 0x1
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
-        print(f"launch: note: no network namespace of its own ({os.strerror(ctypes.get_errno())}): the local "
-              f"servers listen on every interface of this machine", file=sys.stderr, flush=True)
-        return False
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:  # a new namespace's loopback starts down
-        request = struct.pack("16sH14x", b"lo", 0)
-        flags_now = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags_now | IFF_UP))
-    return True
-
-
 SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}
 
 
@@ -267,23 +183,26 @@ def launch(architecture, num_workers, num_ps, runner_flags, hosts=None, machines
             stop_rendezvous()
 
 
-def main():
-    parser = flags.empty_parser("python -m harness.launch", __doc__)
-    parser.add_argument("architecture", choices=sorted(SCRIPTS))
-    parser.add_argument("--workers", type=flags.positive_int, default=2, help="worker processes")
-    parser.add_argument("--ps", type=flags.positive_int, default=1, help="parameter-server tasks (tf, parallax)")
-    parser.add_argument("--hosts", type=flags.host_slots,
-                        help="host:slots,... to run on over ssh (make HOSTS=); the workers fill the slots in order, "
-                             "the parameter servers go round the hosts. Default: every task on this machine")
-    parser.add_argument("--ssh_config", help="an ssh_config(5) file for reaching the hosts (ssh -F)")
-    parser.add_argument("--network_interface",
-                        help="the interface Horovod's ranks talk over (default: this machine's towards the first host)")
-    parser.add_argument("--machines", type=flags.positive_int, default=1,
-                        help="without --hosts: the loopback addresses the workers are spread over, as if on that "
-                             "many machines (tf, parallax)")
-    argv = sys.argv[1:]
+def parse_flags(argv):
+    """The launcher's flags (before "--") and the runner's (after it), checked before anything starts."""
     split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
-    args = parser.parse_args(argv[:split])
+    parser = flags.FlagSet("python -m harness.launch ARCHITECTURE", __doc__)
+    flags.DEFINE_integer("workers", 2, "worker processes", lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("ps", 1, "parameter-server tasks (tf, parallax)", lower_bound=1, flag_values=parser)
+    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,... to run on over ssh (make HOSTS=); the "
+                        "workers fill the slots in order, the parameter servers go round the hosts. Default: every "
+                        "task on this machine", parser)
+    flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts (ssh -F)", flag_values=parser)
+    flags.DEFINE_string("network_interface", None, "the interface Horovod's ranks talk over (default: this "
+                        "machine's towards the first host)", flag_values=parser)
+    flags.DEFINE_integer("machines", 1, "without --hosts: the loopback addresses the workers are spread over, as if "
+                         "on that many machines (tf, parallax)", lower_bound=1, flag_values=parser)
+    flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
+                         "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
+    args = flags.parse(parser, argv[:split], positional=1)
+    args.architecture = args.positional[0]
+    if args.architecture not in SCRIPTS:
+        raise harness.UsageError(f"architecture {args.architecture!r}: expected one of {', '.join(SCRIPTS)}")
     if args.machines > args.workers:
         raise harness.UsageError(f"--machines={args.machines}: more machines than the {args.workers} workers")
     if args.hosts and args.machines > 1:
@@ -295,27 +214,46 @@ def main():
             raise harness.UsageError(f"--hosts: unknown host {host}")
     if args.ssh_config and not os.path.isfile(args.ssh_config):
         raise harness.UsageError(f"--ssh_config: {args.ssh_config} does not exist")
-    runner_flags = argv[split + 1:]
+    if args.architecture != "tf":
+        try:
+            import horovod.tensorflow  # noqa: F401  (the runner would say the same, once per task)
+            import horovod.runner.gloo_run  # noqa: F401  (the rendezvous runs in this process)
+        except ImportError as error:
+            raise harness.UsageError(f"Horovod is not usable ({error}): run make setup")
+    args.runner_flags = argv[split + 1:]
     # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
-    search = "--search_partitions" in runner_flags
-    runner_flags = [f for f in runner_flags if f != "--search_partitions"]
-    if search and args.architecture != "parallax":
+    args.search = "--search_partitions" in args.runner_flags
+    args.runner_flags = [f for f in args.runner_flags if f != "--search_partitions"]
+    if args.search and args.architecture != "parallax":
         raise harness.UsageError("--search_partitions: only for parallax")
     # The runner's flags are checked here, once: bad input is one line before any task starts, not one line
     # per task.
     cluster_flags = ["--job_name=worker", "--task_index=0", "--ps_hosts=127.0.0.1:1",
                      f"--worker_hosts={','.join(['127.0.0.1:1'] * args.workers)}"]
     runner = importlib.import_module(SCRIPTS[args.architecture][:-3])
-    runner_args = runner.parse_flags(runner_flags + (cluster_flags if args.architecture != "horovod" else []))
-    data.shard(model.CONFIGS[runner_args.config].batch_size, 0, args.workers)
+    args.runner_args = runner.parse_flags(args.runner_flags + (cluster_flags if args.architecture != "horovod"
+                                                               else []))
+    data.shard(model.CONFIGS[args.runner_args.config].batch_size, 0, args.workers)
+    return args
+
+
+def main():
+    args = parse_flags(sys.argv[1:])
     starter = Ssh(args.ssh_config) if args.hosts else LocalProcess()
     if not args.hosts:
         isolate_network()
+    if (args.require_shared_workdir or args.search) and args.hosts:
+        chief = place(args.workers, args.ps, args.hosts)[0][0]
+        if not starter.shares_workdir(chief):
+            raise harness.UsageError(f"host {chief} (the chief) does not see this working directory {os.getcwd()}: "
+                                     f"the results are read back from it, so run from a file system every host "
+                                     f"shares")
 
     def run(runner_flags):
         return launch(args.architecture, args.workers, args.ps, runner_flags, args.hosts, args.machines, starter,
                       args.network_interface)
-    if search:
+    runner_flags, runner_args = args.runner_flags, args.runner_args
+    if args.search:
         def trial(n):
             name = f"partition-search-{n}"
             status = run(runner_flags + [f"--partitions={n}", f"--run_name={name}",

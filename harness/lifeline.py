@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 GRACE_SECONDS = 5
 
@@ -22,19 +23,22 @@ def die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def stop(task, grace_seconds=GRACE_SECONDS):
-    """SIGTERM to the process group that `task` (a Popen) leads, SIGKILL to what is left after
-    `grace_seconds`."""
+def stop_all(tasks, grace_seconds=GRACE_SECONDS):
+    """SIGTERM to the process group that each of `tasks` (Popens) leads, all at once; SIGKILL to what is left
+    of them `grace_seconds` later. One grace period for all, not one each."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(task.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            task.wait(grace_seconds)
-            # The leader is gone, but what it started may not be: the SIGKILL round reaches them.
-        except subprocess.TimeoutExpired:
-            pass
+        for task in tasks:
+            try:
+                os.killpg(task.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_seconds
+        for task in tasks:
+            try:
+                task.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        # The leaders may be gone while what they started is not: the SIGKILL round reaches those too.
 
 
 def main(command):
@@ -43,7 +47,7 @@ def main(command):
     def stop_when_the_launcher_is_gone():
         while os.read(0, 4096):  # b"" at end of file: the launcher's side has closed (unbuffered, no lock
             pass                 # held at exit)
-        stop(task)
+        stop_all([task])
     threading.Thread(target=stop_when_the_launcher_is_gone, daemon=True).start()
     status = task.wait()
     return status if status >= 0 else 128 - status  # killed by a signal: the shell's convention

@@ -5,6 +5,7 @@ import socket
 import sys
 import time
 
+from absl import flags as absl_flags
 import tensorflow as tf
 
 import harness
@@ -13,15 +14,17 @@ import model
 
 
 def add_cluster_flags(parser):
-    parser.add_argument("--job_name", choices=["ps", "worker"], required=True)
-    parser.add_argument("--task_index", type=flags.non_negative_int, required=True)
-    parser.add_argument("--ps_hosts", type=flags.host_list, required=True, help="host:port,... of the PS tasks")
-    parser.add_argument("--worker_hosts", type=flags.host_list, required=True, help="host:port,... of the workers")
-    parser.add_argument("--partitions", type=flags.positive_int, default=1, help="parts of the embedding")
-    parser.add_argument("--timeout", type=flags.positive_int, default=20,
-                        help="seconds without progress after which a task looks for a dead task and exits")
-    parser.add_argument("--startup_timeout", type=flags.positive_int, default=120,
-                        help="seconds a task waits for the others to start before it calls them missing")
+    flags.DEFINE_enum("job_name", None, ["ps", "worker"], "this task's job", flag_values=parser)
+    flags.DEFINE_integer("task_index", None, "this task's index in its job", lower_bound=0, flag_values=parser)
+    for name in ("job_name", "task_index"):
+        absl_flags.mark_flag_as_required(name, flag_values=parser)
+    flags.DEFINE_parsed("ps_hosts", None, flags.host_list, "host:port,... of the PS tasks", parser, required=True)
+    flags.DEFINE_parsed("worker_hosts", None, flags.host_list, "host:port,... of the workers", parser, required=True)
+    flags.DEFINE_integer("partitions", 1, "parts of the embedding", lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("timeout", 20, "seconds without progress after which a task looks for a dead task and exits",
+                         lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("startup_timeout", 120, "seconds a task waits for the others to start before it calls "
+                         "them missing", lower_bound=1, flag_values=parser)
 
 
 def check_cluster_flags(args):

@@ -29,11 +29,8 @@ class Recorder:
         self.args, self.config, self.runner, self.num_workers = args, config, runner, num_workers
         os.makedirs(args.results_dir, exist_ok=True)
         os.makedirs(args.ckpt_dir, exist_ok=True)
-        self.summary_path = os.path.join(args.results_dir, args.run_name + ".json")
-        for stale in [self.summary_path, os.path.join(args.ckpt_dir, "checkpoint"),
-                      *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]:
-            if os.path.exists(stale):
-                os.remove(stale)
+        self.summary_path = summary_path(args)
+        remove_stale_outputs(args)
         self.steps_log = open(os.path.join(args.results_dir, args.run_name + ".jsonl"), "w")
         self.tensorboard = tf.compat.v1.summary.FileWriter(
             os.path.join(args.results_dir, "tensorboard", args.run_name))
@@ -96,6 +93,20 @@ class Recorder:
               f"after {throughput['warmup_steps']} warm-up; checkpoint {prefix}; results {self.summary_path}",
               flush=True)
         return summary
+
+
+def summary_path(args):
+    return os.path.join(args.results_dir, args.run_name + ".json")
+
+
+def remove_stale_outputs(args):
+    """Removes the summary and the checkpoint an earlier run left at this run's paths, so that a run that
+    fails, at start-up or later, leaves nothing that looks finished. Every runner calls it as soon as its
+    flags are valid (harness.flags.parse), and the recorder again when the run starts recording."""
+    for stale in [summary_path(args), os.path.join(args.ckpt_dir, "checkpoint"),
+                  *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]:
+        if os.path.isfile(stale):
+            os.remove(stale)
 
 
 def _perplexity(loss):

@@ -28,8 +28,12 @@ command -v g++ >/dev/null || missing+=(g++)
 "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || missing+=(python3-dev)
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# OpenMPI lets Horovod be built with MPI as well as Gloo (make run-horovod MPI=1, Slurm's srun --mpi);
+# it is optional: without root, Horovod is built with Gloo only.
+can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
+command -v mpicxx >/dev/null || ! $can_apt || missing+=(openmpi-bin libopenmpi-dev)
 if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  if $can_apt; then
     say "installing ${missing[*]} with apt-get"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else

@@ -1,0 +1,55 @@
+"""Tasks as child processes of this machine, and the network namespace that keeps their servers private."""
+import ctypes
+import fcntl
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+from harness import lifeline
+
+
+class LocalProcess:
+    """A task as a local child process, in a process group of its own so that stopping it reaches every
+    process it started. It dies with the launcher, even when the launcher is killed with -9."""
+
+    def start(self, task, stdin=subprocess.DEVNULL):
+        return subprocess.Popen(task.argv, env={**os.environ, **task.env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=stdin, start_new_session=True,
+                                text=True, errors="replace", preexec_fn=lifeline.die_with_parent)
+
+    def stop_all(self, processes, grace_seconds):
+        lifeline.stop_all(processes, grace_seconds)
+
+    def free_ports(self, host, count):
+        """Ports free on this machine now (the OS picks them; a task binds its port moments later)."""
+        sockets = [socket.socket() for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        ports = [sock.getsockname()[1] for sock in sockets]
+        for sock in sockets:
+            sock.close()
+        return ports
+
+    def shares_workdir(self, host):
+        return True
+
+
+def isolate_network():
+    """Moves this process, and so every task it starts, into a network namespace of its own whose only
+    interface is a loopback interface. TensorFlow's gRPC server listens on every interface (0.0.0.0 is
+    hard-coded, with no option), so this is what keeps a local run's servers out of reach of anything but the
+    run itself. It needs CAP_SYS_ADMIN (root); without it, the launcher says so and stays on this machine's
+    network. Returns whether the run is isolated."""
+    CLONE_NEWNET, SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x40000000, 0x8913, 0x8914, 0x1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        print(f"launch: note: no network namespace of its own ({os.strerror(ctypes.get_errno())}): the local "
+              f"servers listen on every interface of this machine", file=sys.stderr, flush=True)
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:  # a new namespace's loopback starts down
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags_now = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags_now | IFF_UP))
+    return True

@@ -1,0 +1,70 @@
+"""Tasks on other hosts, through a local ssh client, as horovodrun and mpirun start them."""
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+import uuid
+
+import harness
+from harness.starters.local import LocalProcess
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class Ssh:
+    """A task on its host, run by a local ssh client (BatchMode: keys, no passwords). The repository, its .venv
+    and the working directory must be at the same paths on every host, as for mpirun. On the host the task
+    runs under harness/lifeline.py, which stops it when the connection closes, so stopping the local ssh
+    client stops the task. Keep-alives make a host that drops off the network a closed connection within
+    about 15 s on both sides, instead of a task that waits for ever."""
+
+    PROBE = ("import os, socket, sys; s = [socket.socket() for _ in range(int(sys.argv[1]))]; "
+             "[x.bind(('', 0)) for x in s]; print(*[x.getsockname()[1] for x in s]); "
+             "print(open(sys.argv[2]).read() if os.path.exists(sys.argv[2]) else '')")
+
+    def __init__(self, config_file=None):
+        self.ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
+                    "-o", "ServerAliveCountMax=3", *(["-F", config_file] if config_file else [])]
+        self.local = LocalProcess()
+        self.shared = {}  # host: whether it sees this machine's working directory (found by the probe)
+
+    def command(self, host, argv, env=None):
+        assignments = [f"{name}={value}" for name, value in (env or {}).items()]
+        return [*self.ssh, host, f"cd {shlex.quote(os.getcwd())} && exec {shlex.join(['env', *assignments, *argv])}"]
+
+    def start(self, task):
+        argv = [sys.executable, os.path.join(REPO, "harness", "lifeline.py"), *task.argv]
+        return self.local.start(dataclasses.replace(task, argv=self.command(task.host, argv, task.env), env={}),
+                                stdin=subprocess.PIPE)
+
+    def stop_all(self, processes, grace_seconds):
+        self.local.stop_all(processes, grace_seconds)  # closes the connections: lifeline.py stops the tasks
+
+    def free_ports(self, host, count):
+        """Ports free on `host` now. This is also the check that the host answers over ssh and has the working
+        directory and the .venv, and whether it shares this machine's working directory: a token file
+        written here must be readable there."""
+        token = uuid.uuid4().hex
+        marker = os.path.join(os.getcwd(), f".launch-probe-{token}")
+        with open(marker, "w") as f:
+            f.write(token)
+        try:
+            result = subprocess.run(self.command(host, [sys.executable, "-c", self.PROBE, str(count), marker]),
+                                    stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        finally:
+            os.remove(marker)
+        if result.returncode:
+            why = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+            raise harness.UsageError(f"host {host}: {'unreachable over ssh: ' if result.returncode == 255 else ''}"
+                                     f"{why}")
+        ports, seen = (result.stdout.splitlines() + ["", ""])[:2]
+        self.shared[host] = seen.strip() == token
+        return [int(port) for port in ports.split()]
+
+    def shares_workdir(self, host):
+        """Whether `host` sees this machine's working directory (a shared file system), where the chief writes
+        the results and the checkpoint that verify and the partition search read back."""
+        if host not in self.shared:
+            self.free_ports(host, 0)
+        return self.shared[host]
