@@ -2,12 +2,16 @@
 
     python harness/lifeline.py COMMAND...      (what harness.launch runs over ssh)
 
-The launcher keeps this script's stdin open; when the launcher, its ssh client or the connection dies,
-sshd closes it, and this script stops the task (SIGTERM to its process group, SIGKILL 5 s later). It exits
-with the task's status. It imports only the standard library: it starts before, and without, TensorFlow.
+The launcher keeps this script's stdin open and writes a heartbeat to it every HEARTBEAT_SECONDS. When the
+launcher, its ssh client or the connection dies, sshd closes it; when the host is cut off from the network,
+sshd notices nothing, but the heartbeats stop. Either way this script stops the task (SIGTERM to its process
+group, SIGKILL 5 s later): at end of file, or after SILENCE_SECONDS without a heartbeat
+($LIFELINE_SILENCE_SECONDS overrides it). It exits with the task's status. It imports only the standard
+library: it starts before, and without, TensorFlow.
 """
 import ctypes
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -15,6 +19,8 @@ import threading
 import time
 
 GRACE_SECONDS = 5
+HEARTBEAT_SECONDS = 5
+SILENCE_SECONDS = 30
 
 
 def die_with_parent():
@@ -44,9 +50,12 @@ def stop_all(tasks, grace_seconds=GRACE_SECONDS):
 def main(command):
     task = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
 
+    silence = float(os.environ.get("LIFELINE_SILENCE_SECONDS", SILENCE_SECONDS))
+
     def stop_when_the_launcher_is_gone():
-        while os.read(0, 4096):  # b"" at end of file: the launcher's side has closed (unbuffered, no lock
-            pass                 # held at exit)
+        # os.read, unbuffered and holding no lock at exit; b"" at end of file: the launcher's side has closed.
+        while select.select([0], [], [], silence)[0] and os.read(0, 4096):
+            pass
         stop_all([task])
     threading.Thread(target=stop_when_the_launcher_is_gone, daemon=True).start()
     status = task.wait()

@@ -177,7 +177,7 @@ KbdInteractiveAuthentication no
             assert server.poll() is None and time.monotonic() < deadline, (directory / "sshd.log").read_text()
             time.sleep(0.1)
     config = directory / "ssh_config"
-    config.write_text(f"""Host 127.0.0.1 127.0.0.2 127.0.0.3
+    config.write_text(f"""Host 127.0.0.1 127.0.0.2 127.0.0.3 127.0.0.4
   Port {port}
   IdentityFile {directory}/client_key
   IdentitiesOnly yes
@@ -186,5 +186,36 @@ KbdInteractiveAuthentication no
   LogLevel ERROR
 """)
     yield str(config)
+    server.terminate()
+    server.wait()
+
+
+@pytest.fixture
+def host_without_this_workdir(ssh_config, tmp_path):
+    """A third host, 127.0.0.4, reached through the same ssh_config: the same sshd configuration in a mount
+    namespace of its own, where an empty tmpfs hides `tmp_path`: a host that does not share the working
+    directory `tmp_path` (no shared file system). Needs root (unshare -m); returns the host."""
+    if os.geteuid() != 0:
+        pytest.skip("a host with a file system of its own needs a mount namespace: root only")
+    directory = os.path.dirname(ssh_config)
+    sshd_config = open(os.path.join(directory, "sshd_config")).read()
+    port = int(sshd_config.split()[1])
+    own = os.path.join(directory, "sshd_config_private")
+    with open(own, "w") as f:
+        f.write(sshd_config.replace("ListenAddress 127.0.0.1\nListenAddress 127.0.0.2", "ListenAddress 127.0.0.4")
+                .replace("sshd.pid", "sshd_private.pid"))
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    server = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                               f"mount -t tmpfs tmpfs {tmp_path} && exec {sshd} -D -e -f {own}"],
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.4", port), timeout=1).close()
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "the private sshd did not start"
+            time.sleep(0.1)
+    yield "127.0.0.4"
     server.terminate()
     server.wait()

@@ -57,31 +57,70 @@ def test_the_summary_reports_throughput_and_environment(runs):
     summary = json.loads((runs / "results/two_workers.json").read_text())
     throughput = summary["throughput"]
     assert throughput["measured_steps"] == 50 and throughput["warmup_steps"] == 10
-    assert 0 < throughput["p16"] <= throughput["median"] <= throughput["p84"]
-    assert throughput["ci95"][0] <= throughput["mean"] <= throughput["ci95"][1]
+    steps = read_jsonl(runs / "results/two_workers.jsonl")
+    measured = [r["words_per_sec"] for r in steps[10:]]  # the statistics are of the steps after the warm-up
+    assert throughput["median"] == pytest.approx(np.median(measured))
+    assert throughput["p84"] == pytest.approx(np.percentile(measured, 84)) and throughput["p84"] > 0
     environment = summary["environment"]
     assert environment["workers"] == 2 and environment["rows_per_worker"] == 2
     assert environment["tensorflow"] == "2.15.1" and environment["intra_op_threads"] == 1
     assert summary["config"]["name"] == "tiny" and summary["steps"] == 60
     assert summary["checkpoint"].endswith("model.ckpt-60")
-    steps = read_jsonl(runs / "results/two_workers.jsonl")
     assert [r["step"] for r in steps] == list(range(60))
     assert set(steps[0]) >= {"loss", "perplexity", "seconds", "words_per_sec", "grad_norm"}
-    assert os.listdir(runs / "results/tensorboard/two_workers")[0].startswith("events.out.tfevents")
+    assert [f for f in os.listdir(runs / "results/tensorboard/two_workers") if f.startswith("events.out.tfevents")]
 
 
-def test_a_killed_run_leaves_no_finished_looking_results(runs):
+def finished_looking_outputs(directory, run_name, ckpt_dir):
+    """The summary and checkpoint files a finished run leaves (empty: only their names matter here)."""
+    paths = [directory / "results" / f"{run_name}.json", directory / ckpt_dir / "checkpoint",
+             directory / ckpt_dir / "model.ckpt-60.index", directory / ckpt_dir / "model.ckpt-60.data-00000-of-00001"]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    return paths
+
+
+def test_a_killed_run_leaves_no_finished_looking_results(tmp_path):
     """A run into the directories of a finished one first removes its checkpoint and summary."""
+    stale = finished_looking_outputs(tmp_path, "first", "ckpt/first")
     process = subprocess.Popen(
         [sys.executable, os.path.join(REPO, "run.py"), "--config=tiny", "--steps=100000", "--log_every=10",
-         "--run_name=first", "--ckpt_dir=ckpt/first"], cwd=runs, stdout=subprocess.PIPE, text=True)
+         "--run_name=first", "--ckpt_dir=ckpt/first"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     try:
         assert "step 10/100000" in process.stdout.readline()  # training has begun
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    assert not (runs / "results/first.json").exists()
-    assert not [f for f in os.listdir(runs / "ckpt/first") if f.startswith(("checkpoint", "model.ckpt"))]
+    assert [path for path in stale if path.exists()] == []
+
+
+def test_a_run_that_fails_at_start_up_leaves_no_finished_looking_results(tmp_path, assert_usage_error):
+    """Valid flags, then a start-up failure (a text too short for one batch): exit 2, and the outputs of the
+    earlier run at the same paths are gone."""
+    stale = finished_looking_outputs(tmp_path, "run", "checkpoints/run")
+    (tmp_path / "short.txt").write_text("too few words\n")
+    assert_usage_error(run_script("run.py", "--config=tiny", "--data_path=short.txt", cwd=tmp_path), "too few")
+    assert [path for path in stale if path.exists()] == []
+
+
+@pytest.mark.parametrize("flag", ["--ckpt_dir", "--results_dir"])
+def test_an_output_directory_that_cannot_be_made_is_bad_input(tmp_path, assert_usage_error, flag):
+    (tmp_path / "a_file").write_text("")
+    result = run_script("run.py", "--config=tiny", f"{flag}=a_file/below", cwd=tmp_path)
+    assert_usage_error(result, f"{flag}=a_file/below", "is not a directory")
+
+
+def test_flags_from_a_flagfile_and_help(tmp_path, assert_usage_error):
+    """absl's --flagfile reads flags from a file; --help and --helpfull list every flag and exit 0."""
+    (tmp_path / "experiment.flags").write_text("--config=tiny\n--steps=0\n")
+    assert_usage_error(run_script("run.py", "--flagfile=experiment.flags", cwd=tmp_path), "--steps=0")
+    (tmp_path / "experiment.flags").write_text("--config=tiny\n--steps=3\n--warmup_steps=1\n--run_name=from_file\n")
+    assert run_script("run.py", "--flagfile=experiment.flags", cwd=tmp_path).returncode == 0
+    assert json.loads((tmp_path / "results/from_file.json").read_text())["steps"] == 3
+    for flag in ("--help", "--helpfull"):
+        result = run_script("run.py", flag, cwd=tmp_path)
+        assert result.returncode == 0 and "--emulate_workers" in result.stdout and "--flagfile" in result.stdout
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -94,6 +133,7 @@ def test_a_killed_run_leaves_no_finished_looking_results(runs):
     (["--data_path=/no/such/corpus"], "--data_path"),
     (["--intra_op_threads=0"], "--intra_op_threads"),
     (["--no_such_flag=1"], "--no_such_flag"),
+    (["--flagfile=no/such/file"], "--flagfile"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
     result = run_script("run.py", "--config=tiny", *flags, cwd=tmp_path)

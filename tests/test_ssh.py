@@ -2,10 +2,12 @@
 answers on 127.0.0.1 and 127.0.0.2: two hosts, as far as ssh, the launcher and the runners can tell."""
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
-from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
+from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
                       launcher_usage_error, long_run, no_process_left, processes_with, train_reference)
 
 TINY = ["--config=tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
@@ -46,6 +48,50 @@ def test_interrupting_the_launcher_stops_the_tasks_on_their_hosts(tmp_path, ssh_
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 130
     assert no_process_left(marker)
+
+
+def test_a_host_that_stops_answering_takes_the_run_down(tmp_path, ssh_config):
+    """The connection to worker1's host goes silent (its sshd is stopped, as if the host were cut off): ssh's
+    keep-alives end the connection, the launcher names the task and stops the run; once the host answers
+    again, its sshd closes the task's stdin and lifeline.py stops the task."""
+    marker = f"ssh-silent-{os.getpid()}"
+    with long_run("tf", marker, tmp_path, TWO_HOSTS, f"--ssh_config={ssh_config}") as process:
+        lifelines = [pid for pid in processes_with(marker) if "lifeline.py" in open(f"/proc/{pid}/cmdline").read()
+                     and "--job_name=worker\0--task_index=1" in open(f"/proc/{pid}/cmdline").read()]
+        assert len(lifelines) == 1
+        sshd = int(open(f"/proc/{lifelines[0]}/stat").read().rsplit(")", 1)[1].split()[1])
+        assert "sshd" in open(f"/proc/{sshd}/cmdline").read()
+        os.kill(sshd, signal.SIGSTOP)
+        try:
+            assert process.wait(timeout=60) == 1
+        finally:
+            os.kill(sshd, signal.SIGCONT)
+    assert "task worker1 exited with status 255" in process.stderr.read()
+    assert no_process_left(marker, seconds=30)
+
+
+def test_lifeline_stops_its_task_when_the_heartbeats_stop(tmp_path):
+    """The host side of a cut-off network: the connection stays open but silent, and lifeline.py stops the
+    task after LIFELINE_SILENCE_SECONDS."""
+    lifeline = subprocess.Popen([sys.executable, os.path.join(REPO, "harness", "lifeline.py"), "sleep", "120"],
+                                stdin=subprocess.PIPE, env={**os.environ, "LIFELINE_SILENCE_SECONDS": "2"})
+    try:
+        assert lifeline.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        lifeline.kill()
+
+
+def test_a_host_without_the_working_directory_is_refused_where_results_are_read_back(
+        tmp_path, ssh_config, host_without_this_workdir, assert_usage_error):
+    """verify and the partition search read the chief's results from the working directory: a chief's host
+    that does not share it is one line and exit 2 before anything starts."""
+    hosts = f"--hosts={host_without_this_workdir}:2"
+    result = launcher_usage_error("tf", [hosts, f"--ssh_config={ssh_config}", "--require_shared_workdir", "--",
+                                         "--config=tiny"], tmp_path)
+    assert_usage_error(result, f"host {host_without_this_workdir} (the chief) does not see this working directory")
+    result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", hosts,
+                             f"--ssh_config={ssh_config}"], cwd=tmp_path, capture_output=True, text=True)
+    assert_usage_error(result, f"{host_without_this_workdir} (the chief) does not see this working directory")
 
 
 @pytest.mark.parametrize("hosts, named", [("127.0.0.3:2", "host 127.0.0.3: unreachable over ssh"),

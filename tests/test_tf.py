@@ -55,7 +55,9 @@ def test_asynchronous_training_trains_differs_and_reports_staleness(runs):
     summary = json.loads((work / "results/async.json").read_text())
     assert summary["mode"] == "async"
     staleness = summary["staleness"]
-    assert sum(staleness["chief_histogram"]) == 40 and staleness["chief_max"] >= 0
+    histogram = staleness["chief_histogram"]  # histogram[s]: the chief's updates that were s updates stale
+    assert sum(histogram) == 40 and len(histogram) == staleness["chief_max"] + 1 and histogram[-1] > 0
+    assert staleness["chief_mean"] == pytest.approx(np.dot(np.arange(len(histogram)), histogram) / 40)
     losses = [r["loss"] for r in read_jsonl(work / "results/async.jsonl")]
     assert np.mean(losses[-10:]) < losses[0] - 0.5
     reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / "ckpt/async")
@@ -84,10 +86,9 @@ def test_tasks_started_by_hand_stop_by_themselves_when_a_worker_dies(tmp_path):
         while "step 10/" not in tasks["worker0"].stdout.readline():
             assert tasks["worker0"].poll() is None, tasks["worker0"].stderr.read()
         tasks["worker1"].kill()
-        started = time.monotonic()
-        for name in ("worker0", "ps0"):
-            tasks[name].wait(timeout=60)
-        assert time.monotonic() - started < 60
+        deadline = time.monotonic() + 60
+        for name in ("worker0", "ps0"):  # both within 60 s of the kill, not 60 s each
+            tasks[name].wait(timeout=max(0.0, deadline - time.monotonic()))
     finally:
         for task in tasks.values():
             if task.poll() is None:
@@ -148,20 +149,19 @@ def test_a_task_that_never_answers_is_bad_input(tmp_path, assert_usage_error):
     assert_usage_error(result, f"ps0 (127.0.0.1:{ports[0]}) never answered")
 
 
+MAY_UNSHARE_NETWORK = subprocess.run([sys.executable, "-c", "import ctypes, sys; "
+                                      "sys.exit(ctypes.CDLL(None).unshare(0x40000000))"]).returncode == 0
+
+
+@pytest.mark.skipif(not MAY_UNSHARE_NETWORK, reason="this process may not create a network namespace "
+                                                    "(unshare(CLONE_NEWNET) needs CAP_SYS_ADMIN)")
 def test_a_local_run_is_out_of_reach_of_anything_but_itself(tmp_path):
     """TensorFlow's servers listen on every interface, so the launcher puts a local run in a network namespace
-    whose only interface is loopback (where this machine lets a process create one; otherwise it says that it
-    could not)."""
-    may_isolate = subprocess.run([sys.executable, "-c", "import ctypes, sys; "
-                                  "sys.exit(ctypes.CDLL(None).unshare(0x40000000))"]).returncode == 0
+    whose only interface is loopback."""
     marker = f"netns-{os.getpid()}"
     with long_run("tf", marker, tmp_path) as process:
         tasks = [pid for pid in processes_with(marker) if "run_tf.py" in open(f"/proc/{pid}/cmdline").read()]
         assert len(tasks) == 3
-        if not may_isolate:
-            process.terminate()
-            assert "no network namespace of its own" in process.communicate(timeout=30)[1]
-            return
         for pid in tasks:
             assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
             interfaces = [line.split(":")[0].strip() for line in open(f"/proc/{pid}/net/dev").readlines()[2:]]

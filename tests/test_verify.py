@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from conftest import REPO
+import verify as verify_module
 
 TINY = ["--config=tiny", "--steps=30", "--warmup_steps=5", "--log_every=30"]
 
@@ -47,6 +48,73 @@ def test_negative_controls_are_caught_and_reported_by_variable(tmp_path, control
     assert "verify: FAILED" in result.stdout
 
 
-def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
-    assert_usage_error(verify("--runs=reference,gossip", cwd=tmp_path), "--runs")
-    assert_usage_error(verify("--runner_args=mpi=--x", cwd=tmp_path), "--runner_args")
+@pytest.mark.parametrize("flags, named", [
+    (["--runs=reference,gossip"], "--runs: unknown gossip"),
+    (["--runs=reference,tf-async"], "--runs: no synchronous run"),
+    (["--runs=reference,tf,tf"], "--runs: tf named twice"),
+    (["--runs=tf"], "--runs: no reference"),
+    (["--runner_args=mpi=--x"], "--runner_args"),
+    (["--rtol=nan"], "--rtol=nan"),
+    (["--atol=inf"], "--atol=inf"),
+    (["--rtol=-1"], "--rtol=-1"),
+    (["--hosts=h:x"], "--hosts=h:x"),
+    (["--workers=3"], "3 workers do not divide the global batch of 4 rows"),
+    (["--runner_args=horovod=--no_such_flag"], "run horovod: --no_such_flag: no such flag"),
+    (["--runner_args=tf=--sync=maybe"], "run tf: --sync=maybe"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_any_run(tmp_path, assert_usage_error, flags, named):
+    result = verify(*flags, cwd=tmp_path)
+    assert_usage_error(result, named)
+    assert result.stdout == ""  # no run started
+
+
+def pair(identical, within_tolerance):
+    return {"identical": identical, "within_tolerance": within_tolerance, "differing_variables": ["softmax_w"]}
+
+
+def test_with_two_workers_a_synchronous_run_must_be_identical():
+    args = verify_module.parse_flags(["--config=tiny", "--workers=2"])
+    assert verify_module.judge(args, "reference", "tf", pair(True, True))[0] is True
+    passed, verdict, _ = verify_module.judge(args, "reference", "horovod", pair(False, True))
+    assert passed is False and verdict.startswith("NOT IDENTICAL (required with 2 workers)")
+    assert verify_module.judge(args, "reference", "tf-async", pair(False, False))[0] is None  # not in the verdict
+
+
+def test_with_four_workers_the_tolerance_applies_and_the_cause_is_named():
+    args = verify_module.parse_flags(["--config=tiny", "--workers=4", "--runs=reference,horovod"])
+    passed, verdict, cause = verify_module.judge(args, "reference", "horovod", pair(False, True))
+    assert (passed, verdict) == (True, "within tolerance") and "ring" in cause
+    assert verify_module.judge(args, "reference", "horovod", pair(False, False))[0] is False
+    strict = verify_module.parse_flags(["--config=tiny", "--workers=4", "--runs=reference,horovod",
+                                        "--match=identical"])
+    assert verify_module.judge(strict, "reference", "horovod", pair(False, True))[0] is False
+
+
+def test_an_old_summary_is_never_taken_for_this_runs(tmp_path):
+    """A run that writes its summary elsewhere (here: another --run_name) must fail verify, even though a
+    summary from an earlier run lies at the path verify reads."""
+    stale = tmp_path / "results" / "verify-tf.json"
+    stale.parent.mkdir()
+    stale.write_text(json.dumps({"checkpoint": "old", "steps": 30, "seed": 1, "config": {"name": "tiny"},
+                                 "final_loss": 1.0, "throughput": {}}))
+    result = verify("--runs=reference,tf", "--runner_args=tf=--run_name=elsewhere", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "run tf finished but wrote no results/verify-tf.json" in result.stderr
+    assert not (tmp_path / "results/verify.json").exists()
+
+
+def test_non_finite_parameters_fail_verify(tmp_path, monkeypatch):
+    """A run that diverged (NaN parameters) must fail, although NaN == NaN in the same place would compare as
+    identical. The "run" here is a process that writes what a diverged run leaves."""
+    monkeypatch.chdir(tmp_path)
+    args = verify_module.parse_flags(["--config=tiny", "--steps=30", "--warmup_steps=5", "--runs=reference,tf"])
+    writer = (f"import json, os, numpy as np, tensorflow as tf; v = tf.Variable(np.array([1.0, np.nan], np.float32)); "
+              f"os.makedirs('results', exist_ok=True); "
+              f"tf.train.Checkpoint(embedding=v).write('{args.ckpt_dir}/tf/model.ckpt-30'); "
+              f"json.dump({{'checkpoint': '{args.ckpt_dir}/tf/model.ckpt-30', 'steps': 30, 'seed': 1, "
+              f"'config': {{'name': 'tiny'}}, 'final_loss': float('nan'), 'throughput': {{}}}}, "
+              f"open('results/verify-tf.json', 'w'))")
+    monkeypatch.setattr(verify_module, "command", lambda args, name: [sys.executable, "-c", writer])
+    with pytest.raises(verify_module.RunFailed, match="run tf diverged: final loss nan, non-finite parameters in "
+                                                       "embedding"):
+        verify_module.train(args, "tf")

@@ -4,20 +4,35 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
+import time
 import uuid
 
 import harness
+from harness import lifeline
 from harness.starters.local import LocalProcess
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _heartbeat(process):
+    """Tells the task's lifeline.py that the launcher is alive, until the connection is gone."""
+    while process.poll() is None:
+        try:
+            process.stdin.write("\n")
+            process.stdin.flush()
+        except (BrokenPipeError, ValueError):  # closed: the task is over or being stopped
+            return
+        time.sleep(lifeline.HEARTBEAT_SECONDS)
 
 
 class Ssh:
     """A task on its host, run by a local ssh client (BatchMode: keys, no passwords). The repository, its .venv
     and the working directory must be at the same paths on every host, as for mpirun. On the host the task
     runs under harness/lifeline.py, which stops it when the connection closes, so stopping the local ssh
-    client stops the task. Keep-alives make a host that drops off the network a closed connection within
-    about 15 s on both sides, instead of a task that waits for ever."""
+    client stops the task. A host that drops off the network is noticed on both sides instead of waited for
+    for ever: here by ssh's keep-alives (about 15 s), there by lifeline.py when the launcher's heartbeats stop
+    (30 s)."""
 
     PROBE = ("import os, socket, sys; s = [socket.socket() for _ in range(int(sys.argv[1]))]; "
              "[x.bind(('', 0)) for x in s]; print(*[x.getsockname()[1] for x in s]); "
@@ -35,8 +50,10 @@ class Ssh:
 
     def start(self, task):
         argv = [sys.executable, os.path.join(REPO, "harness", "lifeline.py"), *task.argv]
-        return self.local.start(dataclasses.replace(task, argv=self.command(task.host, argv, task.env), env={}),
-                                stdin=subprocess.PIPE)
+        process = self.local.start(dataclasses.replace(task, argv=self.command(task.host, argv, task.env), env={}),
+                                   stdin=subprocess.PIPE)
+        threading.Thread(target=_heartbeat, args=(process,), daemon=True).start()
+        return process
 
     def stop_all(self, processes, grace_seconds):
         self.local.stop_all(processes, grace_seconds)  # closes the connections: lifeline.py stops the tasks

@@ -1,0 +1,53 @@
+"""The launcher's own duties: stopping tasks together, refusing an unusable Horovod before anything starts; and
+bench-overhead's exit status."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, launcher_usage_error
+from harness import lifeline
+
+IGNORES_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
+                  "time.sleep(120)"
+
+
+def test_tasks_are_stopped_together_within_one_grace_period():
+    """Three tasks that ignore SIGTERM: all get SIGTERM at once and SIGKILL one grace period later, so stopping
+    them takes one grace period, not one each."""
+    tasks = [subprocess.Popen([sys.executable, "-c", IGNORES_SIGTERM], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True) for _ in range(3)]
+    for task in tasks:
+        assert task.stdout.readline() == "ready\n"
+    started = time.monotonic()
+    lifeline.stop_all(tasks, grace_seconds=3)
+    elapsed = time.monotonic() - started
+    assert [task.poll() for task in tasks] == [-9, -9, -9]
+    assert 3 <= elapsed < 6, elapsed  # stopping them one after another takes 9 s
+
+
+@pytest.mark.parametrize("architecture", ["horovod", "parallax"])
+def test_without_a_usable_horovod_the_launcher_says_run_make_setup(tmp_path, assert_usage_error, architecture):
+    broken = tmp_path / "broken" / "horovod"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('built against another TensorFlow')\n")
+    process = subprocess.run([sys.executable, "-m", "harness.launch", architecture, "--", "--config=tiny"],
+                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{broken.parent}:{REPO}"},
+                             capture_output=True, text=True)
+    assert_usage_error(process, "Horovod is not usable", "built against another TensorFlow", "make setup")
+    assert process.stdout == ""
+
+
+def test_the_launcher_names_an_unknown_architecture(tmp_path, assert_usage_error):
+    assert_usage_error(launcher_usage_error("gossip", ["--", "--config=tiny"], tmp_path), "gossip")
+
+
+def test_bench_overhead_exits_1_when_the_target_is_missed(tmp_path):
+    """The exit status says whether the target was met (a target no run can reach, so it is missed)."""
+    result = subprocess.run([sys.executable, os.path.join(REPO, "bench", "overhead.py"), "--config=tiny",
+                             "--steps=12", "--warmup_steps=2", "--rounds=1", "--target=1000"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "MISSED" in result.stdout
