@@ -27,14 +27,14 @@ def reference_step(config, seed, feed, num_workers):
     losses, final_states, gradients = [], [], []
     for r in range(num_workers):  # worker r's forward and backward pass, on its rows only
         rows = data.shard(config.batch_size, r, num_workers)
-        loss, final_state = lm.loss(feed.inputs[rows], feed.targets[rows], feed.initial_state[:, :, rows],
-                                    lm.dropout_masks(seed, feed.step, rows))
+        loss, final_state = lm.loss(feed.inputs[rows], feed.targets[rows], feed.initial_state[:, rows],
+                                    lm.dropout_masks(seed, feed.step, rows), lm.sampled_candidates(seed, feed.step))
         losses.append(loss)
         final_states.append(final_state)
         gradients.append(lm.worker_gradients(loss))
     train_op, global_norm = model.sgd_update(config, lm.variable_list,
                                              model.average_worker_gradients(gradients), feed.learning_rate)
-    return lm, tf.add_n(losses) / num_workers, tf.concat(final_states, axis=2), global_norm, train_op
+    return lm, tf.add_n(losses) / num_workers, tf.concat(final_states, axis=1), global_norm, train_op
 
 
 def parse_flags(argv=None):

@@ -83,18 +83,20 @@ def main():
         scratch = model.LSTMLanguageModel(config, args.seed)
         feed = StepFeed(config, batches, rows)
         kinds = ps.gradient_kinds(scratch.variables, scratch.worker_gradients(
-            scratch.loss(feed.inputs, feed.targets, feed.initial_state)[0]))
+            scratch.loss(feed.inputs, feed.targets, feed.initial_state,
+                         candidates=scratch.sampled_candidates(args.seed, feed.step))[0]))
 
     feed = StepFeed(config, batches, rows)
     with tf.compat.v1.device(hybrid_placement(kinds, len(args.ps_hosts), f"/job:worker/task:{rank}")):
-        lm = model.LSTMLanguageModel(config, args.seed, embedding_partitions=args.partitions)
+        lm = model.LSTMLanguageModel(config, args.seed, partitions=args.partitions)
         loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
-                                    lm.dropout_masks(args.seed, feed.step, rows))
+                                    lm.dropout_masks(args.seed, feed.step, rows),
+                                    lm.sampled_candidates(args.seed, feed.step))
         gradients, variables = lm.worker_gradients(loss), lm.variable_list
         sparse = [i for i, name in enumerate(lm.variables) if kinds[name] == "sparse"]
         dense = [i for i, name in enumerate(lm.variables) if kinds[name] == "dense"]
         # Parallax: dense gradients are averaged by allreduce, and kept on every worker.
-        local = {i: model.dense_gradient_and_squared_norm(variables[i], hvd.allreduce(gradients[i], op=hvd.Average))
+        local = {i: model.gradient_and_squared_norm(variables[i], hvd.allreduce(gradients[i], op=hvd.Average))
                  for i in dense}
         # Parallax: sparse gradients go to the parameter servers, exactly one per worker per step...
         parts = tf.nest.flatten([variables[i] for i in sparse])
@@ -120,7 +122,7 @@ def main():
             combined = [model.concatenate_slices(g, divisor) for g in zip(*received)]
             combined = tf.nest.pack_sequence_as([variables[i] for i in sparse], combined)
             rows_received = tf.add_n([tf.shape(g.values)[0] for g in tf.nest.flatten(received)] + [0])
-            remote = {i: model.dense_gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}
+            remote = {i: model.gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}
             global_norm, scale = model.clip_scale(config, [{**local, **remote}[i][1] for i in range(len(variables))])
             with tf.control_dependencies([model.apply_gradient(variables[i], remote[i][0], scale, feed.learning_rate)
                                           for i in sparse]):

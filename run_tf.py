@@ -56,9 +56,10 @@ def main():
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
             cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}",
             ps_strategy=ps.GreedyBySize(len(args.ps_hosts)))):
-        lm = model.LSTMLanguageModel(config, args.seed, embedding_partitions=args.partitions)
+        lm = model.LSTMLanguageModel(config, args.seed, partitions=args.partitions)
         loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
-                                    lm.dropout_masks(args.seed, feed.step, rows))
+                                    lm.dropout_masks(args.seed, feed.step, rows),
+                                    lm.sampled_candidates(args.seed, feed.step))
         gradients = lm.worker_gradients(loss)
         step_graph = (SynchronousStep if args.sync else AsynchronousStep)(
             config, lm, feed, loss, final_state, gradients, rank, num_workers)

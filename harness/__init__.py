@@ -1,6 +1,7 @@
 """What every runner shares: flags, data and sharding, determinism, the throughput timer and the recorder of
 results. The runners (run.py, run_tf.py, run_horovod.py, run_parallax.py) import this package FIRST."""
 import os
+import resource
 import sys
 
 # oneDNN's CPU kernels choose their summation order by shape and thread count; every process of every runner
@@ -22,8 +23,14 @@ class UsageError(Exception):
     """Bad input or environment: reported as one line, exit status 2."""
 
 
+def peak_resident_bytes():
+    """This process's peak resident memory so far (getrusage's ru_maxrss, in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def main(entry_point):
-    """Runs a runner's main(): a UsageError becomes one line on stderr and exit status 2, Ctrl-C exit 130."""
+    """Runs a runner's main(): a UsageError becomes one line on stderr and exit status 2, Ctrl-C exit 130. A
+    task that finishes prints its peak resident memory on stderr (every task: parameter servers too)."""
     prog = os.path.basename(sys.argv[0])
     try:
         status = entry_point()
@@ -33,4 +40,5 @@ def main(entry_point):
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(130)
+    print(f"{prog}: peak resident memory {peak_resident_bytes() / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
     sys.exit(status or 0)

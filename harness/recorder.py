@@ -20,6 +20,7 @@ import time
 
 import tensorflow as tf
 
+import harness
 from harness import environment
 from harness.timer import ThroughputTimer
 
@@ -81,6 +82,7 @@ class Recorder:
             "checkpoint": prefix,
             "wall_seconds": time.time() - self.started,
             "throughput": throughput,
+            "peak_resident_bytes": harness.peak_resident_bytes(),  # this task's (the chief's)
             "environment": environment.describe(self.args, self.config, self.num_workers),
             **extra,
         }

@@ -14,7 +14,7 @@ class StepFeed:
         num_rows = len(range(config.batch_size)[rows])
         self.inputs = tf.compat.v1.placeholder(tf.int32, [num_rows, config.num_steps], "inputs")
         self.targets = tf.compat.v1.placeholder(tf.int32, [num_rows, config.num_steps], "targets")
-        self.state_shape = [config.num_layers, 2, num_rows, config.hidden_size]
+        self.state_shape = model.state_shape(config, num_rows)
         self.initial_state = tf.compat.v1.placeholder(tf.float32, self.state_shape, "initial_state")
         self.step = tf.compat.v1.placeholder(tf.int64, [], "step")
         self.learning_rate = tf.compat.v1.placeholder(tf.float32, [], "learning_rate")

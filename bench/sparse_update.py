@@ -1,0 +1,174 @@
+"""What does the O(rows) sparse update save? The training step of run.py (one worker) with model.sgd_update as
+it is, which scatters a sparse gradient into the rows it touches, against the same step with the rule it
+replaced, which first summed every sparse gradient into a dense table and then updated the whole table
+(`densify`). Each round runs both at the same time, each pinned to its own core (so both see the same moment
+of a shared, noisy machine), and the next round swaps the cores, as bench/overhead.py does.
+
+    python bench/sparse_update.py --config=small --steps=300 --warmup_steps=50 --rounds=4
+    python bench/sparse_update.py --config=lm1b --steps=40 --warmup_steps=10 --rounds=2 --workers=2
+
+It also counts what one worker of --workers sends per step: the bytes of its dense gradients (from the
+shapes) and of its sparse gradients' rows, one per distinct word (values and int32 indices, from the rows
+the first steps actually touch). Writes <results_dir>/bench-sparse-update-<config>.json; the figure is the
+median over rounds of (scatter words/sec) / (dense words/sec): at least 0.97 means the scatter does not slow
+the config down (exit 1 otherwise)."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
+from harness import data, determinism, environment, flags  # noqa: E402
+from harness.timer import ThroughputTimer  # noqa: E402
+from harness.training import StepFeed  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import model  # noqa: E402
+
+TARGET = 0.97
+BYTES_COUNTED_STEPS = 20
+
+
+def densify(variables, gradients):
+    """The rule before the O(rows) update, as gradients for today's: each sparse gradient summed into a dense
+    tensor as large as its (unpartitioned) variable, so that model.sgd_update updates whole tables."""
+    return [tf.math.unsorted_segment_sum(g.values, g.indices, v.shape[0]) if isinstance(g, tf.IndexedSlices) else g
+            for v, g in zip(variables, gradients)]
+
+
+def train_step(config, seed, feed, update):
+    """run.py's step for one worker, with the scatter update ("scatter") or the densified one ("dense")."""
+    lm = model.LSTMLanguageModel(config, seed)
+    loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
+                                lm.dropout_masks(seed, feed.step, feed.rows), lm.sampled_candidates(seed, feed.step))
+    gradients = lm.worker_gradients(loss)
+    if update == "dense":
+        gradients = densify(lm.variable_list, gradients)
+    train_op, _ = model.sgd_update(config, lm.variable_list, gradients, feed.learning_rate)
+    return loss, final_state, train_op
+
+
+def time_steps(args, config):
+    """A child: trains --steps steps with --update; prints the throughput summary as one JSON line."""
+    tf.compat.v1.disable_eager_execution()
+    feed = StepFeed(config, data.load(args, config), rows=slice(None))
+    loss, final_state, train_op = train_step(config, args.seed, feed, args.update)
+    timer = ThroughputTimer(args.warmup_steps)
+    with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        state = None
+        clock = time.perf_counter()
+        for step in range(args.steps):
+            _, state, _ = session.run([loss, final_state, train_op], feed(step, state))
+            now = time.perf_counter()
+            timer.record(now - clock, config.words_per_batch)
+            clock = now
+    print(json.dumps({**timer.summary(), "peak_resident_bytes": harness.peak_resident_bytes()}))
+
+
+def bytes_per_worker(args, config):
+    """What one worker of --workers sends per step: its dense gradients' bytes, and per sparse variable the
+    mean number of rows (distinct words) its gradient has over the first steps, averaged over the workers."""
+    shapes = model.variable_shapes(config)
+    sparse = model.sparse_variables(config)
+    batches = data.load(args, config)
+    rows = {name: [] for name in sparse}
+    with tf.Graph().as_default():
+        lm = model.LSTMLanguageModel(config, args.seed)
+        feeds, touched = [], []
+        for worker in range(args.workers):
+            feed = StepFeed(config, batches, data.shard(config.batch_size, worker, args.workers))
+            loss, _ = lm.loss(feed.inputs, feed.targets, feed.initial_state, None,
+                              lm.sampled_candidates(args.seed, feed.step))
+            gradients = dict(zip(lm.variables, lm.worker_gradients(loss)))
+            feeds.append(feed)
+            touched.append([tf.size(gradients[name].indices) for name in sparse])  # no backward pass needed
+        with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
+            for step in range(min(BYTES_COUNTED_STEPS, args.steps)):
+                feed_dict = {k: v for feed in feeds for k, v in feed(step, None).items()}
+                for counts in session.run(touched, feed_dict):
+                    for name, count in zip(sparse, counts):
+                        rows[name].append(int(count))
+    row_bytes = {name: 4 * int(np.prod(shapes[name][1:])) for name in sparse}
+    mean_rows = {name: float(np.mean(counts)) for name, counts in rows.items()}
+    return {
+        "workers": args.workers,
+        "dense_gradient_bytes": sum(4 * int(np.prod(shape)) for name, shape in shapes.items() if name not in sparse),
+        "sparse_rows": mean_rows,
+        # values and one int32 index per row
+        "sparse_gradient_bytes": sum(mean_rows[name] * (row_bytes[name] + 4) for name in sparse),
+        "sparse_variable_bytes": sum(4 * int(np.prod(shapes[name])) for name in sparse),
+    }
+
+
+def _start(core, command):
+    return subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+
+
+def main():
+    parser = flags.parser("bench-sparse-update", __doc__)
+    flags.DEFINE_integer("rounds", 4, "pairs of runs; an even number gives each update each core equally often",
+                         lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("workers", 2, "the workers whose per-worker bytes are counted", lower_bound=1,
+                         flag_values=parser)
+    flags.DEFINE_enum("update", None, ["scatter", "dense"], "(internal) time this update in this process",
+                      flag_values=parser)
+    args = flags.parse(parser)
+    config = model.CONFIGS[args.config]
+    data.shard(config.batch_size, 0, args.workers)
+    if args.update:
+        return time_steps(args, config)
+    shared = [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
+              f"--seed={args.seed}", f"--intra_op_threads={args.intra_op_threads}",
+              f"--inter_op_threads={args.inter_op_threads}"] + ([f"--data_path={args.data_path}"]
+                                                                 if args.data_path else [])
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise harness.UsageError("bench-sparse-update runs its two loops side by side and needs 2 cores")
+    rounds = []
+    for i in range(args.rounds):
+        # Both at once, each pinned to its own core; every other round they swap cores.
+        cores_of = dict(zip(("scatter", "dense"), cores[:2] if i % 2 == 0 else cores[1::-1]))
+        children = {update: _start(core, [os.path.abspath(__file__), *shared, f"--update={update}"])
+                    for update, core in cores_of.items()}
+        summaries = {}
+        for update, child in children.items():
+            output, _ = child.communicate()
+            if child.returncode:
+                raise SystemExit(f"round {i + 1} failed: the {update} update exited {child.returncode}")
+            summaries[update] = json.loads(output.strip().splitlines()[-1])
+        ratio = summaries["scatter"]["median"] / summaries["dense"]["median"]
+        rounds.append({update: {"words_per_sec": s["median"], "median_step_seconds": s["median_step_seconds"],
+                                "peak_resident_bytes": s["peak_resident_bytes"], "core": cores_of[update]}
+                       for update, s in summaries.items()} | {"ratio": ratio})
+        print(f"round {i + 1}: " + ", ".join(f"{u} update {s['median_step_seconds']:.4f} s/step on core {cores_of[u]}"
+                                             for u, s in summaries.items()) + f": ratio {ratio:.3f}", flush=True)
+    ratio = statistics.median(r["ratio"] for r in rounds)
+    sent = bytes_per_worker(args, config)
+    result = {"benchmark": "sparse-update", "config": args.config, "ratio": ratio, "target": TARGET,
+              "met": ratio >= TARGET, "rounds": rounds,
+              "median_step_seconds": {u: statistics.median(r[u]["median_step_seconds"] for r in rounds)
+                                      for u in ("scatter", "dense")},
+              "per_worker_per_step": sent, "steps": args.steps, "warmup_steps": args.warmup_steps,
+              "environment": environment.describe(args, config, 1)}
+    os.makedirs(args.results_dir, exist_ok=True)
+    path = os.path.join(args.results_dir, f"bench-sparse-update-{args.config}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    steps = result["median_step_seconds"]
+    print(f"{args.config}: scatter update {steps['scatter']:.4f} s/step, dense update {steps['dense']:.4f} s/step; "
+          f"words/sec scatter / dense = {ratio:.3f} (median of {args.rounds} rounds; target >= {TARGET})")
+    print(f"per worker of {sent['workers']} per step: dense gradients {sent['dense_gradient_bytes']:,} bytes, "
+          f"sparse rows {sent['sparse_gradient_bytes']:,.0f} bytes "
+          f"({', '.join(f'{n} {r:,.0f}' for n, r in sent['sparse_rows'].items())} rows) -> {path}")
+    return 0 if result["met"] else 1
+
+
+if __name__ == "__main__":
+    harness.main(main)

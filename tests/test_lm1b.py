@@ -1,0 +1,60 @@
+"""The sparse-heavy lm1b configuration (Parallax's LM1B benchmark, scaled down) at test size, lm1b-tiny: a
+sampled softmax, so both big tables get sparse gradients, and every synchronous architecture still ends
+with the reference's parameters bit for bit at W = 2."""
+import json
+
+import pytest
+
+import model
+from conftest import bit_identical, checkpoint_tensors, launch_and_wait, read_jsonl, train_reference
+
+LM1B_TINY = ["--config=lm1b-tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
+SYNCHRONOUS = {  # name: (architecture, launcher flags, runner flags)
+    "tf": ("tf", ["--ps=2"], ["--partitions=3"]),
+    "horovod": ("horovod", [], []),
+    "horovod_sparse_as_dense": ("horovod", [], ["--sparse_as_dense"]),
+    "parallax": ("parallax", ["--ps=2"], ["--partitions=3"]),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    work = tmp_path_factory.mktemp("lm1b")
+    train_reference(LM1B_TINY, 2, "ckpt/reference", work)
+    outputs = {}
+    for name, (architecture, launcher_flags, runner_flags) in SYNCHRONOUS.items():
+        outputs[name] = launch_and_wait(architecture, "--workers=2", *launcher_flags, "--", *LM1B_TINY,
+                                        *runner_flags, f"--run_name={name}", f"--ckpt_dir=ckpt/{name}", cwd=work)
+    return work, outputs
+
+
+@pytest.mark.parametrize("name", list(SYNCHRONOUS))
+def test_two_workers_match_the_reference_bit_for_bit(runs, name):
+    """The candidates are drawn from (seed, step) alone, so every worker's sampled softmax is a shard of the
+    reference's; with partitioned tables (tf, parallax) too."""
+    work, _ = runs
+    reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / f"ckpt/{name}")
+    assert sorted(trained) == sorted(model.variable_shapes(model.CONFIGS["lm1b-tiny"]))
+    assert [n for n in reference if not bit_identical(reference[n], trained[n])] == []
+    losses = [[r["loss"] for r in read_jsonl(work / f"results/{run}.jsonl")] for run in ("reference", name)]
+    assert losses[0] == losses[1]
+
+
+def test_the_placement_table_shows_both_tables_as_sparse_on_the_parameter_servers(runs):
+    _, outputs = runs
+    rows = [line.split()[2:] for line in outputs["parallax"].splitlines() if " bytes " in line]
+    where = {row[0]: (row[1], row[-1]) for row in rows}
+    tables = [where[f"{name}/part_{i}"] for name in ("embedding", "softmax_w", "softmax_b") for i in range(3)]
+    assert {kind for kind, _ in tables} == {"sparse"}
+    assert {device for _, device in tables} == {"/job:ps/task:0", "/job:ps/task:1"}
+    for name in ("lstm_0/kernel", "lstm_0/bias", "lstm_0/projection"):
+        assert where[name] == ("dense", "/job:worker/task:0")
+
+
+def test_every_summary_reports_the_peak_resident_memory(runs):
+    work, outputs = runs
+    for name in ("reference", *SYNCHRONOUS):
+        assert json.loads((work / f"results/{name}.json").read_text())["peak_resident_bytes"] > 50 * 2**20
+    # every task says it at its end: parameter servers and workers
+    assert {line.split()[0] for line in outputs["tf"].splitlines() if "peak resident memory" in line} == {
+        "[ps0]", "[ps1]", "[worker0]", "[worker1]"}
