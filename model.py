@@ -84,6 +84,8 @@ class Config:
 #   dropout           keep 0.9           keep 0.9
 #   forget-gate bias  +1                 0                  ptb_word_lm's cell, as in every config here
 #   initial values    unit-scaling       uniform +-0.05     one initialiser for every config here
+# (Parallax's numbers are those of its example as the paper ran it; a later revision of its
+# language_model.py has a 128-unit state and batch x steps candidates.)
 
 CONFIGS = {
     # For tests: seconds on a laptop, yet with dropout, clipping and every code path of the larger ones.
