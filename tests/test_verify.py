@@ -78,6 +78,8 @@ def test_with_two_workers_a_synchronous_run_must_be_identical():
     passed, verdict, _ = verify_module.judge(args, "reference", "horovod", pair(False, True))
     assert passed is False and verdict.startswith("NOT IDENTICAL (required with 2 workers)")
     assert verify_module.judge(args, "reference", "tf-async", pair(False, False))[0] is None  # not in the verdict
+    passed, verdict, _ = verify_module.judge(args, "reference", "horovod", pair(False, False))
+    assert passed is False and verdict == "DIFFERS: softmax_w"
 
 
 def test_with_four_workers_the_tolerance_applies_and_the_cause_is_named():
