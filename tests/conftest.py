@@ -140,6 +140,18 @@ def bit_identical(a, b):
 np.set_printoptions(precision=10)
 
 
+def wait_until_listening(server, address, port, why_not):
+    """Waits up to 10 s for `server` (a Popen) to accept connections at address:port; fails with why_not()."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=1).close()
+            return
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, why_not()
+            time.sleep(0.1)
+
+
 @pytest.fixture(scope="session")
 def ssh_config(tmp_path_factory):
     """A real OpenSSH server of the tests' own, on a free port of 127.0.0.1 and 127.0.0.2 (two hosts on this
@@ -168,14 +180,7 @@ KbdInteractiveAuthentication no
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
     with open(directory / "sshd.log", "w") as log:
         server = subprocess.Popen([sshd, "-D", "-e", "-f", str(directory / "sshd_config")], stderr=log)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.2", port), timeout=1).close()
-            break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, (directory / "sshd.log").read_text()
-            time.sleep(0.1)
+    wait_until_listening(server, "127.0.0.2", port, lambda: (directory / "sshd.log").read_text())
     config = directory / "ssh_config"
     config.write_text(f"""Host 127.0.0.1 127.0.0.2 127.0.0.3 127.0.0.4
   Port {port}
@@ -208,14 +213,7 @@ def host_without_this_workdir(ssh_config, tmp_path):
     server = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                                f"mount -t tmpfs tmpfs {tmp_path} && exec {sshd} -D -e -f {own}"],
                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.4", port), timeout=1).close()
-            break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "the private sshd did not start"
-            time.sleep(0.1)
+    wait_until_listening(server, "127.0.0.4", port, lambda: "the private sshd did not start")
     yield "127.0.0.4"
     server.terminate()
     server.wait()
