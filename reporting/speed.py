@@ -1,0 +1,83 @@
+"""Section 6: throughput, from the verify runs (a smoke test) and from make bench (the comparison)."""
+import os
+
+from reporting import analysis, blocks, plots
+
+BENCH_MISSING = "bench not run: make bench"
+PREDICT_MISSING = "extrapolation not run: python -m bench.predict"
+
+
+def throughput_section(results, figure_dir):
+    parts = [blocks.paragraph(
+        "Words per second leave out each run's warm-up steps; the median is given with the central 68% of the "
+        "per-step rates, the mean with its nominal 95% interval, and the median step time.")]
+    verify = results.verify
+    if verify is None:
+        parts.append(blocks.missing("verify not run: make verify (no throughput of the verify runs)"))
+    else:
+        parts += verify_throughput(verify, os.path.join(figure_dir, "verify-throughput.svg"))
+    parts += bench(results, figure_dir)
+    return blocks.section("Throughput", *parts)
+
+
+def verify_throughput(verify, figure_path):
+    rows = []
+    for run in verify["runs"]:
+        t = run["throughput"]
+        ci = t.get("ci95")
+        rows.append([run["name"], blocks.rate(t["median"]), f"{blocks.rate(t['p16'])} - {blocks.rate(t['p84'])}",
+                     f"{blocks.rate(t['mean'])} ± {blocks.rate((ci[1] - ci[0]) / 2)}" if ci else blocks.rate(t["mean"]),
+                     blocks.seconds(t["median_step_seconds"]), t["measured_steps"]])
+    plots.verify_throughput(verify["runs"], figure_path)
+    return [blocks.table(["run", "median words/sec", "central 68%", "mean ± 95%", "median step", "steps"], rows,
+                         f"Throughput of the verify runs ({verify['config']['workers']} workers, "
+                         f"{verify['config']['steps']} steps each): a smoke test, not the comparison."),
+            blocks.figure(figure_path, "Words/sec of the verify runs: median, and the central 68% of the steps.")]
+
+
+def bench(results, figure_dir):
+    if results.bench is None:
+        return [blocks.missing(BENCH_MISSING)]
+    if not results.bench:
+        return [blocks.missing(f"{BENCH_MISSING} (bench.jsonl is empty)")]
+    rows = sorted(results.bench, key=lambda r: (r.config, str(r.link_rate), r.name, r.workers))
+    parts = [blocks.table(
+        ["run", "config", "W", "PS", "mach.", "link", "words/sec", "central 68%", "step", "MB/step meas.",
+         "MB/step pred.", "compute", "bound", "limit"],
+        [[r.name, r.config, r.workers, _or_dash(r.ps), _or_dash(r.machines), r.link_rate or "loopback",
+          blocks.rate(r.median), f"{blocks.rate(r.p16)} - {blocks.rate(r.p84)}" if r.p16 is not None else "-",
+          _or_dash(r.median_step_seconds, blocks.seconds), _or_dash(r.bytes_measured, _mb),
+          _or_dash(r.bytes_predicted, _mb), _or_dash(r.compute_seconds, blocks.seconds),
+          _or_dash(r.bound_seconds, blocks.seconds), r.bound or "-"] for r in rows],
+        "make bench (bench.jsonl): every benchmarked run. W workers on that many machines joined by links of the "
+        "given rate; bytes per step per machine counted on its link and predicted from the model's sizes; the step "
+        "time the computation alone takes and the bound the link and the computation allow.")]
+    for index, ((config, link_rate), points) in enumerate(analysis.bench_groups(rows).items()):
+        path = os.path.join(figure_dir, f"bench-scaling-{index}.svg")
+        title = f"{config}, {link_rate or 'loopback'}"
+        plots.scaling(points, title, path)
+        parts.append(blocks.figure(path, f"Scaling, {title}: words/sec against workers (bars: central 68% of the "
+                                         f"steps; dotted: linear from each run's fewest workers), and efficiency."))
+    path = os.path.join(figure_dir, "bench-model.svg")
+    plots.measured_against_model(rows, path)
+    parts.append(blocks.figure(path, "Bytes per step per machine, measured against predicted, and the median step "
+                                     "time against its bound: points on the diagonal are explained by the model."))
+    if results.predictions is None:
+        parts.append(blocks.missing(PREDICT_MISSING))
+    else:
+        path = os.path.join(figure_dir, "bench-extrapolation.svg")
+        plots.extrapolation(results.predictions, path)
+        published = analysis.PUBLISHED_PARALLAX
+        parts.append(blocks.figure(path, "Extrapolation to larger clusters (bench.predict, from the measured bytes "
+                                         "and compute times), with Parallax's published speedups on NLP models at "
+                                         f"{published['gpus']} GPUs as stars (arXiv:1808.02621: "
+                                         + ", ".join(f"{v}x over {k}" for k, v in published["over"].items()) + ")."))
+    return parts
+
+
+def _mb(n):
+    return f"{n / 1e6:.3g}"
+
+
+def _or_dash(value, formatter=str):
+    return "-" if value is None else formatter(value)
