@@ -2,8 +2,9 @@
 way every kind of number is written, so that the text, the tables and the tests agree."""
 
 
-def paragraph(text):
-    return {"kind": "paragraph", "text": text}
+def paragraph(text, lead=""):
+    """`lead`, if given, is set in bold before the text."""
+    return {"kind": "paragraph", "lead": lead, "text": text}
 
 
 def bullets(items):
@@ -11,8 +12,11 @@ def bullets(items):
 
 
 def table(header, rows, caption):
-    return {"kind": "table", "header": header, "rows": [[str(cell) for cell in row] for row in rows],
-            "caption": caption}
+    rows = [[str(cell) for cell in row] for row in rows]
+    # Columns of numbers are right-aligned (digits under digits), columns of words left-aligned.
+    align = ["right" if column and all(cell[:1].isdigit() or cell == "-" for cell in column) else "left"
+             for column in zip(*rows)] if rows else ["left"] * len(header)
+    return {"kind": "table", "header": header, "rows": rows, "align": align, "caption": caption}
 
 
 def figure(path, caption):

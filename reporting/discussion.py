@@ -76,6 +76,7 @@ def limitations_section(results):
     cores = sorted({(s.get("environment") or {}).get("cpu_cores") for s in summaries} - {None})
     rates = sorted({r.link_rate for r in results.bench or [] if r.link_rate})
     delays = sorted({r.delay for r in results.bench or [] if r.delay})
+    gpus = sorted({gpu for s in summaries for gpu in (s.get("environment") or {}).get("gpus") or []})
     items = [
         f"Machines: every run's chief ran on {', '.join(hosts) or 'an unrecorded machine'}"
         f"{' (' + ', '.join(map(str, cores)) + ' cores)' if cores else ''}; "
@@ -85,10 +86,12 @@ def limitations_section(results):
          f"switches and NICs." if rates else "Links: none measured; the tasks talked over loopback, so no byte "
                                              "crossed a real or emulated network."),
         (f"Latency: added per link ({', '.join(delays)})." if delays else
-         "Latency: none added; links are shaped in bandwidth only, so latency-bound costs (many small messages, "
-         "the ring's 2(W-1) rounds) are under-represented."),
-        "GPU: the summaries record none; these are CPU runs, whose compute-to-communication ratio differs from "
-        "the GPU clusters of the Parallax paper.",
+         "Latency: none added; the links are shaped in bandwidth only, so latency-bound costs (many small "
+         "messages, the ring's 2(W-1) rounds) are under-represented." if rates else
+         "Latency: not measured, as no network was crossed."),
+        (f"GPU: {', '.join(gpus)}." if gpus else
+         "GPU: none recorded in the summaries; on CPUs the ratio of computation to communication differs from "
+         "the GPU clusters of the Parallax paper."),
         "Statistics: each figure is one run; the central 68% interval shows the spread of its steps, not of "
         "repeated runs.",
     ]

@@ -116,7 +116,7 @@ def architecture_section(results, figure_path):
     verify = results.verify
     config_record = next((run.summary["config"] for run in results.runs.values()), None)
     sizes = diagram.sizes(config_record) if config_record else None
-    parts = [blocks.paragraph(f"{title} {text}") for title, text in ARCHITECTURES]
+    parts = [blocks.paragraph(text, lead=title) for title, text in ARCHITECTURES]
     if sizes is None:
         parts.append(blocks.missing("no figure of the architectures: no run summary names a config model.py knows"))
         return blocks.section("How each architecture synchronises", *parts)

@@ -1,0 +1,168 @@
+"""make report (python -m reporting): a PDF built from small real runs, read back and rendered."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+from pypdf import PdfReader
+
+from conftest import REPO
+from reporting import blocks, palette
+
+VERIFY_RUNS = ["reference", "tf", "horovod", "tf-async"]
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory):
+    """A results directory from a real make verify: tiny config, a few steps, four runs (about a minute)."""
+    work = tmp_path_factory.mktemp("verify")
+    result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=12",
+                             "--warmup_steps=2", "--log_every=12", f"--runs={','.join(VERIFY_RUNS)}"],
+                            cwd=work, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return work / "results"
+
+
+def make_report(results_dir, out_dir):
+    return subprocess.run([sys.executable, "-m", "reporting", f"--results_dir={results_dir}", f"--out_dir={out_dir}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def pdf_text(path):
+    """The PDF's text, with runs of whitespace (line and cell breaks) as one space."""
+    return " ".join(" ".join(page.extract_text() for page in PdfReader(path).pages).split())
+
+
+def summary(results_dir, name):
+    return json.loads((results_dir / f"verify-{name}.json").read_text())
+
+
+def bench_lines(results_dir):
+    """bench.jsonl as make bench writes it: per benchmarked run the timer's throughput fields (here the verify
+    runs' real ones), the cluster's shape, the bytes per step per machine and the step time's model."""
+    lines = []
+    for name, runner in [("tf", "run_tf.py"), ("horovod", "run_horovod.py"), ("reference", "run.py")]:
+        measured = summary(results_dir, name)
+        for workers in (1, 2):
+            throughput = dict(measured["throughput"], median=measured["throughput"]["median"] * workers / 1.5)
+            step = measured["throughput"]["median_step_seconds"]
+            lines.append({"runner": runner, "config": measured["config"], "workers": workers, "ps": 1,
+                          "machines": workers, "link_rate": "100mbit", "throughput": throughput,
+                          "bytes_per_step_per_machine": {"measured": 1.1e6 * workers, "predicted": 1.0e6 * workers},
+                          "compute_seconds": step / 2, "bound_seconds": step * 0.8,
+                          "bound": "network" if name == "tf" else "compute"})
+    return lines
+
+
+def prediction_lines():
+    return [{"runner": runner, "config": "tiny", "workers": workers, "words_per_sec": speed * workers ** 0.8}
+            for runner, speed in [("run_tf.py", 900.0), ("run_horovod.py", 600.0), ("run_parallax.py", 1500.0)]
+            for workers in (2, 4, 8, 16, 32, 48)]
+
+
+def write_lines(path, records):
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+@pytest.fixture(scope="module")
+def without_bench(verified, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    result = make_report(verified, out)
+    assert result.returncode == 0, result.stderr
+    return out / "report.pdf"
+
+
+@pytest.fixture(scope="module")
+def with_bench(verified, tmp_path_factory):
+    results = tmp_path_factory.mktemp("bench-results")
+    shutil.copytree(verified, results, dirs_exist_ok=True)
+    write_lines(results / "bench.jsonl", bench_lines(verified))
+    write_lines(results / "bench-predict.jsonl", prediction_lines())
+    out = tmp_path_factory.mktemp("bench-report")
+    result = make_report(results, out)
+    assert result.returncode == 0, result.stderr
+    return out / "report.pdf", results
+
+
+def test_report_states_the_verdicts_and_the_measured_figures(verified, without_bench):
+    text = pdf_text(without_bench)
+    verify = json.loads((verified / "verify.json").read_text())
+    assert "verify PASSED" in text
+    for pair in verify["pairs"]:
+        assert f"{pair['a']} {pair['b']} {blocks.small(pair['max_abs_diff'])}" in text
+        assert pair["verdict"] in text
+    assert "asynchronous updates are applied to whatever the variables hold" in text  # the recorded cause
+    staleness = summary(verified, "tf-async")["staleness"]
+    assert f"on average {staleness['chief_mean']:.2f} updates stale" in text
+    for name in VERIFY_RUNS:
+        run = summary(verified, name)
+        t = run["throughput"]
+        assert f"{name} {blocks.rate(t['median'])} {blocks.rate(t['p16'])} - {blocks.rate(t['p84'])}" in text
+        assert blocks.loss(run["final_loss"]) in text
+        assert run["environment"]["cpu_model"] in text
+    assert "equal at every step" in text  # the synchronous runs' losses coincide with the reference's
+    assert "Zaremba" in text and "arXiv:1409.2329" in text
+
+
+def test_results_without_bench_say_so(without_bench):
+    text = pdf_text(without_bench)
+    assert "bench not run: make bench" in text
+
+
+def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
+    pdf, results = with_bench
+    text = pdf_text(pdf)
+    assert "bench not run" not in text
+    for line in bench_lines(verified):
+        assert f"{line['runner']} tiny {line['workers']} 1 {line['workers']} 100mbit " \
+               f"{blocks.rate(line['throughput']['median'])}" in text
+    assert "tiny config, 100mbit links, 2 workers:" in text  # the discussion's ranking
+    assert "Parallax's published speedups" in text
+    assert "extrapolation not run" not in text
+
+
+def rendered_pages(pdf, out_dir):
+    subprocess.run(["pdftoppm", "-r", "30", "-gray", "-png", str(pdf), str(out_dir / "page")], check=True)
+    return sorted(out_dir.glob("page-*.png"))
+
+
+@pytest.mark.skipif(shutil.which("pdftoppm") is None, reason="pdftoppm missing: apt-get install poppler-utils")
+def test_every_page_renders_and_is_not_blank(without_bench, with_bench, tmp_path):
+    for index, pdf in enumerate([without_bench, with_bench[0]]):
+        (tmp_path / str(index)).mkdir()
+        pages = rendered_pages(pdf, tmp_path / str(index))
+        assert len(pages) == len(PdfReader(pdf).pages) >= 3
+        for page in pages:
+            ink = np.asarray(Image.open(page)) < 128
+            assert ink.mean() > 0.01, f"{page.name} of {pdf} is blank"
+
+
+def test_a_corrupt_bench_line_is_one_error_naming_file_and_line(verified, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(verified, results)
+    good = json.dumps(bench_lines(verified)[0])
+    for broken, why in [("{\"runner\": \"run_tf.py\", ", "not valid JSON"), ("[1, 2]", "not a JSON object"),
+                        (json.dumps({"runner": "run_tf.py", "config": "tiny"}), "missing field 'workers'")]:
+        (results / "bench.jsonl").write_text(f"{good}\n{broken}\n")
+        result = make_report(results, tmp_path / "report")
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == [f"report: error: {results / 'bench.jsonl'}:2: "
+                                              + result.stderr.split(":2: ", 1)[1].strip()], result.stderr
+        assert why in result.stderr
+        assert not (tmp_path / "report" / "report.pdf").exists()
+
+
+def test_a_missing_results_directory_is_one_line(tmp_path):
+    result = make_report(tmp_path / "nowhere", tmp_path / "report")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "nowhere" in result.stderr
+
+
+def test_a_run_has_one_colour_under_all_its_names():
+    assert palette.colour("verify-tf") == palette.colour("run_tf.py") == palette.colour("tf")
+    assert palette.colour("run.py") == palette.colour("verify-reference")
+    assert len({palette.colour(name) for name in palette.COLOURS}) == len(palette.COLOURS)
+    assert palette.colour("lm1b-thing") == palette.colour("lm1b-thing")
