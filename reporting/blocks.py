@@ -36,6 +36,10 @@ def rate(words_per_sec):
     return f"{words_per_sec:,.0f}"
 
 
+def interval(low, high):
+    return f"{rate(low)}–{rate(high)}"
+
+
 def loss(value):
     return f"{value:.4f}"
 

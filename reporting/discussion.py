@@ -45,7 +45,7 @@ def _bench_group(config, link_rate, points, rows):
     ranked = sorted(at.values(), key=lambda r: -r.median)
     winner = ranked[0]
     text = (f"{where}, {workers} workers: {winner.name} is fastest at {blocks.rate(winner.median)} words/sec"
-            + "".join(f"; {blocks.ratio(winner.median / r.median)} {r.name}'s {blocks.rate(r.median)}"
+            + "".join(f"; {blocks.ratio(winner.median / r.median)} {r.name} ({blocks.rate(r.median)})"
                       for r in ranked[1:]) + ".")
     for other in ranked[1:]:
         if winner.bytes_measured and other.bytes_measured:

@@ -13,7 +13,7 @@ import glob
 import json
 import os
 
-from reporting import InputError
+from reporting import InputError, palette
 
 # Files in results/ that are not one run's summary.
 NOT_RUN_SUMMARIES = {"verify.json", "bench-overhead.json", "partition-search.json"}
@@ -29,7 +29,7 @@ class Run:
 @dataclasses.dataclass
 class BenchRow:
     """One benchmarked run. Every field the report uses from bench.jsonl is named here and nowhere else."""
-    name: str                     # the run's label (its colour): run_name, else runner
+    name: str                     # the run's label and colour: palette.key of run_name, else of runner
     runner: str
     config: str
     workers: int
@@ -111,7 +111,7 @@ def _bench_row(record):
     throughput = record.get("throughput") or record
     bytes_per_step = record.get("bytes_per_step_per_machine") or {}
     return BenchRow(
-        name=str(record.get("run_name") or record["runner"]), runner=str(record["runner"]),
+        name=palette.key(str(record.get("run_name") or record["runner"])), runner=str(record["runner"]),
         config=_config_name(record["config"]), workers=int(record["workers"]),
         ps=_int_or_none(record.get("ps")), machines=_int_or_none(record.get("machines")),
         link_rate=record.get("link_rate"), delay=record.get("delay"), median=float(throughput["median"]),
@@ -124,8 +124,9 @@ def _bench_row(record):
 
 
 def _prediction(record):
-    return Prediction(name=str(record.get("run_name") or record["runner"]), config=_config_name(record["config"]),
-                      workers=int(record["workers"]), machines=_int_or_none(record.get("machines")),
+    return Prediction(name=palette.key(str(record.get("run_name") or record["runner"])),
+                      config=_config_name(record["config"]), workers=int(record["workers"]),
+                      machines=_int_or_none(record.get("machines")),
                       link_rate=record.get("link_rate"), words_per_sec=float(record["words_per_sec"]))
 
 

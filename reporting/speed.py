@@ -25,8 +25,8 @@ def verify_throughput(verify, figure_path):
     for run in verify["runs"]:
         t = run["throughput"]
         ci = t.get("ci95")
-        rows.append([run["name"], blocks.rate(t["median"]), f"{blocks.rate(t['p16'])} - {blocks.rate(t['p84'])}",
-                     f"{blocks.rate(t['mean'])} ± {blocks.rate((ci[1] - ci[0]) / 2)}" if ci else blocks.rate(t["mean"]),
+        mean = f"{blocks.rate(t['mean'])} ± {blocks.rate((ci[1] - ci[0]) / 2)}" if ci else blocks.rate(t["mean"])
+        rows.append([run["name"], blocks.rate(t["median"]), blocks.interval(t["p16"], t["p84"]), mean,
                      blocks.seconds(t["median_step_seconds"]), t["measured_steps"]])
     plots.verify_throughput(verify["runs"], figure_path)
     return [blocks.table(["run", "median words/sec", "central 68%", "mean ± 95%", "median step", "steps"], rows,
@@ -45,7 +45,7 @@ def bench(results, figure_dir):
         ["run", "config", "W", "PS", "mach.", "link", "words/sec", "central 68%", "step", "MB/step meas.",
          "MB/step pred.", "compute", "bound", "limit"],
         [[r.name, r.config, r.workers, _or_dash(r.ps), _or_dash(r.machines), r.link_rate or "loopback",
-          blocks.rate(r.median), f"{blocks.rate(r.p16)} - {blocks.rate(r.p84)}" if r.p16 is not None else "-",
+          blocks.rate(r.median), blocks.interval(r.p16, r.p84) if r.p16 is not None else "-",
           _or_dash(r.median_step_seconds, blocks.seconds), _or_dash(r.bytes_measured, _mb),
           _or_dash(r.bytes_predicted, _mb), _or_dash(r.compute_seconds, blocks.seconds),
           _or_dash(r.bound_seconds, blocks.seconds), r.bound or "-"] for r in rows],
