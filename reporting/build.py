@@ -13,14 +13,13 @@ def build(results_dir, out_dir):
     stale = os.path.join(out_dir, "report.pdf")
     if os.path.exists(stale):
         os.remove(stale)
-    figures = figure_dir
     sections = [
         overview.model_section(results),
         overview.environment_section(results),
-        overview.architecture_section(results, os.path.join(figures, "architectures.svg")),
+        overview.architecture_section(results, os.path.join(figure_dir, "architectures.svg")),
         correctness.correctness_section(results),
-        correctness.training_section(results, os.path.join(figures, "loss.svg")),
-        speed.throughput_section(results, figures),
+        correctness.training_section(results, os.path.join(figure_dir, "loss.svg")),
+        speed.throughput_section(results, figure_dir),
         discussion.discussion_section(results),
         discussion.limitations_section(results),
     ]

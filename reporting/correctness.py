@@ -39,10 +39,8 @@ def explanations(results):
                     f"{pair['max_ulp'] if pair['max_ulp'] is not None else 'unknown'} ULP; variables: {differing})")
         if pair["cause"]:
             sentence += f": {pair['cause']}"
-        async_run = next((results.verify_run(name) for name in (pair["a"], pair["b"])
-                          if (results.verify_run(name) and results.verify_run(name).summary.get("mode") == "async")),
-                         None)
-        staleness = async_run.summary.get("staleness") if async_run else None
+        staleness = next((run.summary["staleness"] for run in map(results.verify_run, (pair["a"], pair["b"]))
+                          if run and run.summary.get("staleness")), None)
         if staleness:
             sentence += (f". The chief's updates were on average {staleness['chief_mean']:.2f} updates stale "
                          f"(at most {staleness['chief_max']}): that many other workers' updates landed between its "

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch
 
 import model
-from reporting import palette
+from reporting import blocks, palette
 from reporting.plots import _save
 
 BYTES_PER_FLOAT = 4
@@ -44,55 +44,49 @@ def _product(shape):
     return result
 
 
-def megabytes(n):
-    return f"{n / 1e6:.3g} MB" if n >= 1e5 else f"{n / 1e3:.3g} kB"
-
-
 def architectures(s, workers, ps, rows_per_step, path):
     """Three panels: parameter servers, allreduce, hybrid. Boxes are tasks, arrows links, labels what one step
     moves over them. `rows_per_step`: sparse rows the parameter servers received per step (Parallax's
     measurement) or None."""
     figure, panels = plt.subplots(1, 3, figsize=(7.2, 3.4))
-    dense, sparse = megabytes(s.dense_bytes), "+".join(s.sparse_names)
-    rows = (f"{rows_per_step:.0f} rows x {megabytes(s.row_bytes)}" if rows_per_step
-            else f"touched rows x {megabytes(s.row_bytes)}")
-    ring = megabytes(2 * (workers - 1) / workers * s.dense_bytes)
+    dense, sparse = blocks.byte_count(s.dense_bytes), "+".join(s.sparse_names)
+    rows = (f"{rows_per_step:.0f} rows x {blocks.byte_count(s.row_bytes)}" if rows_per_step
+            else f"touched rows x {blocks.byte_count(s.row_bytes)}")
+    ring = blocks.byte_count(2 * (workers - 1) / workers * s.dense_bytes)
 
     panel = panels[0]
-    _tasks(panel, workers, ps, worker_label="worker\n(no variables)", ps_label=f"PS\nall variables",
-           colour=palette.colour("tf"))
+    _tasks(panel, workers, ps, worker_holds="no variables", ps_holds="all variables", colour=palette.colour("tf"))
     _link(panel, f"up: dense grads {dense}\n+ {sparse} grads: {rows}\ndown: dense vars {dense} + rows")
     panel.set_title("parameter servers\n(run_tf.py, sync and async)")
 
     panel = panels[1]
-    _tasks(panel, workers, 0, worker_label="worker\nall variables", ps_label=None, colour=palette.colour("horovod"))
-    _ring(panel, workers, f"ring allreduce, per worker:\ndense {ring} out and in\n{sparse}: allgather of rows\n"
-                          f"(sparse_as_dense: {megabytes(2 * (workers - 1) / workers * s.sparse_bytes)})")
+    _tasks(panel, workers, 0, worker_holds="all variables", ps_holds=None, colour=palette.colour("horovod"))
+    _ring(panel, f"ring allreduce, per worker:\ndense {ring} out and in\n{sparse}: allgather of rows\n"
+                 f"(sparse_as_dense: {blocks.byte_count(2 * (workers - 1) / workers * s.sparse_bytes)})")
     panel.set_title("allreduce\n(run_horovod.py)")
 
     panel = panels[2]
-    _tasks(panel, workers, ps, worker_label="worker\ndense variables", ps_label=f"PS\n{sparse}",
-           colour=palette.colour("parallax"))
+    _tasks(panel, workers, ps, worker_holds="dense variables", ps_holds=sparse, colour=palette.colour("parallax"))
     _link(panel, f"up: {sparse} grads: {rows}\ndown: looked-up rows")
-    _ring(panel, workers, f"dense: ring allreduce\n{ring} per worker")
+    _ring(panel, f"dense: ring allreduce\n{ring} per worker")
     panel.set_title("hybrid\n(run_parallax.py)")
     figure.suptitle(f"{s.config} config, {workers} workers, {ps} PS: where the variables live, what one step moves",
                     fontsize=9)
     _save(figure, path)
 
 
-def _tasks(axes, workers, ps, worker_label, ps_label, colour):
+def _tasks(axes, workers, ps, worker_holds, ps_holds, colour):
+    """Workers in a row at the bottom, parameter servers at the top, each box saying what it holds."""
     axes.set(xlim=(0, 1), ylim=(0, 1))
     axes.axis("off")
     for i in range(workers):
-        _box(axes, (i + 0.5) / workers, 0.2, f"{worker_label.split(chr(10))[0]} {i}\n"
-             f"{worker_label.split(chr(10))[1]}", colour)
+        _box(axes, (i + 0.5) / workers, 0.2, min(0.3, 0.9 / workers), f"worker {i}\n{worker_holds}", colour)
     for i in range(ps):
-        _box(axes, (i + 0.5) / ps, 0.85, f"{ps_label.split(chr(10))[0]} {i}\n{ps_label.split(chr(10))[1]}", colour)
+        _box(axes, (i + 0.5) / ps, 0.85, min(0.3, 0.9 / ps), f"PS {i}\n{ps_holds}", colour)
 
 
-def _box(axes, x, y, text, colour):
-    axes.add_patch(FancyBboxPatch((x - 0.15, y - 0.08), 0.3, 0.16, boxstyle="round,pad=0.01",
+def _box(axes, x, y, width, text, colour):
+    axes.add_patch(FancyBboxPatch((x - width / 2, y - 0.08), width, 0.16, boxstyle="round,pad=0.01",
                                   facecolor=colour, alpha=0.25, edgecolor=colour))
     axes.text(x, y, text, ha="center", va="center", fontsize=6.5)
 
@@ -103,7 +97,7 @@ def _link(axes, label):
               bbox=dict(facecolor="white", edgecolor="none", alpha=0.85))
 
 
-def _ring(axes, workers, label):
+def _ring(axes, label):
     axes.annotate("", xy=(0.9, 0.08), xytext=(0.1, 0.08),
                   arrowprops=dict(arrowstyle="<->", color="black", connectionstyle="arc3,rad=0.25"))
     axes.text(0.5, -0.08, label, ha="center", va="top", fontsize=6)
