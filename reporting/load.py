@@ -72,11 +72,26 @@ class Results:
         return self.runs.get(f"verify-{name}")
 
 
+# The fields the report reads from verify.json and the summaries (docs/outputs.md): checked when read, so that
+# a file of another shape is one line naming it, not a failure halfway through the report.
+THROUGHPUT_FIELDS = ["median", "p16", "p84", "mean", "median_step_seconds", "measured_steps"]
+VERIFY_FIELDS = {
+    "": ["config", "match", "runs", "pairs", "passed"],
+    "config": ["config", "steps", "seed", "workers", "ps", "data", "rtol", "atol"],
+    "runs[]": ["name", "expected", "command", "final_loss", "throughput"],
+    "runs[].throughput": THROUGHPUT_FIELDS,
+    "pairs[]": ["a", "b", "max_abs_diff", "max_rel_diff", "max_ulp", "identical", "differing_variables", "verdict",
+                "cause"],
+}
+SUMMARY_FIELDS = {"": ["runner", "config", "steps", "final_loss", "throughput"], "config": ["name"]}
+STEP_FIELDS = ["step", "loss"]
+
+
 def load(directory):
     if not os.path.isdir(directory):
         raise InputError(f"{directory}: no such results directory (run make verify, make bench)")
     verify_path = os.path.join(directory, "verify.json")
-    verify = _read_json(verify_path) if os.path.exists(verify_path) else None
+    verify = _checked(_read_json(verify_path), VERIFY_FIELDS, verify_path) if os.path.exists(verify_path) else None
     runs = {}
     for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
         if os.path.basename(path) in NOT_RUN_SUMMARIES:
@@ -84,9 +99,12 @@ def load(directory):
         summary = _read_json(path)
         if not (isinstance(summary, dict) and "runner" in summary and "throughput" in summary):
             continue  # some other tool's file
+        _checked(summary, SUMMARY_FIELDS, path)
         name = os.path.basename(path)[:-len(".json")]
         steps_path = os.path.join(directory, name + ".jsonl")
         steps = list(_read_lines(steps_path)) if os.path.exists(steps_path) else []
+        for number, record in steps:
+            _checked(record, {"": STEP_FIELDS}, f"{steps_path}:{number}")
         runs[name] = Run(name, summary, [record for _, record in steps])
     return Results(directory, verify, runs, _optional_lines(directory, "bench.jsonl", _bench_row),
                    _optional_lines(directory, "bench-predict.jsonl", _prediction))
@@ -128,6 +146,34 @@ def _prediction(record):
                       config=_config_name(record["config"]), workers=int(record["workers"]),
                       machines=_int_or_none(record.get("machines")),
                       link_rate=record.get("link_rate"), words_per_sec=float(record["words_per_sec"]))
+
+
+def _checked(record, fields, where):
+    """`record`, after checking it has `fields`: {path: [field]}, where a path names nested objects and [] every
+    element of a list ("runs[].throughput"). Raises InputError naming `where`, the path and the field."""
+    for path, names in fields.items():
+        for label, value in _at(record, path.split(".") if path else [], path):
+            if not isinstance(value, dict):
+                raise InputError(f"{where}: {label or 'the file'} is not a JSON object")
+            for name in names:
+                if name not in value:
+                    raise InputError(f"{where}: missing field {name!r}" + (f" in {label}" if label else ""))
+    return record
+
+
+def _at(value, steps, label):
+    """(label, value) of every object a path reaches: runs[] reaches each element of runs."""
+    if not steps:
+        return [(label, value)]
+    step, rest = steps[0], steps[1:]
+    key = step.removesuffix("[]")
+    if not isinstance(value, dict) or key not in value:
+        return [(label, None)]
+    if step.endswith("[]"):
+        if not isinstance(value[key], list):
+            return [(key, None)]
+        return [item for i, element in enumerate(value[key]) for item in _at(element, rest, f"{key}[{i}]")]
+    return _at(value[key], rest, key)
 
 
 def _config_name(config):
