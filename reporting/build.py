@@ -1,18 +1,20 @@
 """Builds the report: reads results/, draws the figures, writes the sections, typesets."""
 import os
+import shutil
 
 from reporting import correctness, discussion, load, overview, speed, typeset
 
 
 def build(results_dir, out_dir):
-    """Returns the path of the PDF. An earlier report.pdf is removed first: it must not stand for these results
-    if this build fails."""
+    """Returns the path of the PDF. An earlier report.pdf and its figures are removed first: they must not stand
+    for these results if this build fails."""
     results = load.load(results_dir)
-    figure_dir = os.path.join(out_dir, "figures")
-    os.makedirs(figure_dir, exist_ok=True)
     stale = os.path.join(out_dir, "report.pdf")
     if os.path.exists(stale):
         os.remove(stale)
+    figure_dir = os.path.join(out_dir, "figures")
+    shutil.rmtree(figure_dir, ignore_errors=True)  # an earlier build's figures (another bench group) must go
+    os.makedirs(figure_dir)
     sections = [
         overview.model_section(results),
         overview.environment_section(results),

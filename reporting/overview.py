@@ -114,7 +114,10 @@ ARCHITECTURES = [
 
 def architecture_section(results, figure_path):
     verify = results.verify
-    config_record = next((run.summary["config"] for run in results.runs.values()), None)
+    # The verify runs' config (the figure's worker and PS counts are theirs), else any run's.
+    reference = results.verify_run("reference")
+    config_record = (reference.summary["config"] if reference
+                     else next((run.summary["config"] for run in results.runs.values()), None))
     sizes = diagram.sizes(config_record) if config_record else None
     parts = [blocks.paragraph(text, lead=title) for title, text in ARCHITECTURES]
     if sizes is None:

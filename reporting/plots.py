@@ -131,6 +131,7 @@ def extrapolation(predictions, path):
         speedups.scatter([analysis.PUBLISHED_PARALLAX["gpus"]], [published], color=palette.colour(other),
                          marker="*", s=90, edgecolor="black", zorder=3, label=f"parallax / {other}, paper (48 GPUs)")
     speedups.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    speedups.set_xlim(0, 1.1 * max([analysis.PUBLISHED_PARALLAX["gpus"], *parallax]))  # the stars inside the frame
     speedups.set(xlabel="workers", ylabel="speedup of parallax (x)", title="Parallax against the others")
     speedups.legend()
     _save(figure, path)

@@ -91,6 +91,11 @@ def with_bench(verified, tmp_path_factory):
     shutil.copytree(verified, results, dirs_exist_ok=True)
     write_lines(results / "bench.jsonl", bench_lines(verified))
     write_lines(results / "bench-predict.jsonl", prediction_lines())
+    # A run of a config this test does not know, with a field the others lack: the report takes configs from
+    # the summaries, whatever they are.
+    other = dict(summary(verified, "reference"), run_name="other-config")
+    other["config"] = dict(other["config"], name="lm1b-like", num_sampled=64)
+    (results / "other-config.json").write_text(json.dumps(other))
     out = tmp_path_factory.mktemp("bench-report")
     result = make_report(results, out)
     assert result.returncode == 0, result.stderr
@@ -132,6 +137,7 @@ def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
     assert "tiny config, 100mbit links, 2 workers:" in text  # the discussion's ranking
     assert "Parallax's published speedups" in text
     assert "extrapolation not run" not in text
+    assert "lm1b-like" in text and "num_sampled" in text
 
 
 def rendered_pages(pdf, out_dir):
@@ -163,6 +169,18 @@ def test_a_corrupt_bench_line_is_one_error_naming_file_and_line(verified, tmp_pa
                                               + result.stderr.split(":2: ", 1)[1].strip()], result.stderr
         assert why in result.stderr
         assert not (tmp_path / "report" / "report.pdf").exists()
+
+
+def test_a_verify_json_of_another_shape_is_one_line(verified, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(verified, results)
+    verify = json.loads((results / "verify.json").read_text())
+    del verify["pairs"][0]["verdict"]
+    (results / "verify.json").write_text(json.dumps(verify))
+    result = make_report(results, tmp_path / "report")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"report: error: {results / 'verify.json'}: missing field 'verdict' in "
+                                          f"pairs[0]"]
 
 
 def test_a_missing_results_directory_is_one_line(tmp_path):
