@@ -8,10 +8,10 @@ from reporting import correctness, discussion, load, overview, speed, typeset
 def build(results_dir, out_dir):
     """Returns the path of the PDF. An earlier report.pdf and its figures are removed first: they must not stand
     for these results if this build fails."""
-    results = load.load(results_dir)
     stale = os.path.join(out_dir, "report.pdf")
     if os.path.exists(stale):
         os.remove(stale)
+    results = load.load(results_dir)
     figure_dir = os.path.join(out_dir, "figures")
     shutil.rmtree(figure_dir, ignore_errors=True)  # an earlier build's figures (another bench group) must go
     os.makedirs(figure_dir)

@@ -159,6 +159,8 @@ def test_every_page_renders_and_is_not_blank(without_bench, with_bench, tmp_path
 def test_a_corrupt_bench_line_is_one_error_naming_file_and_line(verified, tmp_path):
     results = tmp_path / "results"
     shutil.copytree(verified, results)
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "report.pdf").write_text("an earlier report, of other results")
     good = json.dumps(bench_lines(verified)[0])
     for broken, why in [("{\"runner\": \"run_tf.py\", ", "not valid JSON"), ("[1, 2]", "not a JSON object"),
                         (json.dumps({"runner": "run_tf.py", "config": "tiny"}), "missing field 'workers'")]:
