@@ -32,9 +32,10 @@ def loss_curves(runs, reference, path):
     curves.set(xlabel="step", ylabel="loss (nats per word)", title="training loss")
     curves.legend()
     floor = 1e-9
-    for run_name, gap in analysis.loss_gaps([r for r in runs if r is not reference], reference).items():
+    gap_by_run = analysis.loss_gaps([r for r in runs if r is not reference], reference)
+    for order, (run_name, gap) in enumerate(gap_by_run.items()):  # thinner over thicker: zeros stay visible
         gaps.plot([s for s, _ in gap], [max(g, floor) for _, g in gap], color=palette.colour(run_name),
-                  label=palette.key(run_name), marker=".", markersize=3, linewidth=1)
+                  label=palette.key(run_name), linewidth=max(3.0 - 0.7 * order, 0.8))
     gaps.set_yscale("log")
     gaps.set_ylim(bottom=floor / 2)
     gaps.axhline(floor, color="grey", linewidth=0.8, linestyle=":")
