@@ -193,5 +193,6 @@ def test_a_missing_results_directory_is_one_line(tmp_path):
 def test_a_run_has_one_colour_under_all_its_names():
     assert palette.colour("verify-tf") == palette.colour("run_tf.py") == palette.colour("tf")
     assert palette.colour("run.py") == palette.colour("verify-reference")
+    assert palette.colour("hybrid") == palette.colour("run_parallax.py") == palette.colour("verify-parallax")
     assert len({palette.colour(name) for name in palette.COLOURS}) == len(palette.COLOURS)
     assert palette.colour("lm1b-thing") == palette.colour("lm1b-thing")
