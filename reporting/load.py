@@ -29,7 +29,7 @@ class Run:
 @dataclasses.dataclass
 class BenchRow:
     """One benchmarked run. Every field the report uses from bench.jsonl is named here and nowhere else."""
-    name: str                     # the run's label and colour: palette.key of run_name, else of runner
+    name: str                     # the run's label and colour (_label)
     runner: str
     config: str
     workers: int
@@ -118,7 +118,7 @@ def _optional_lines(directory, filename, parse):
     for number, record in _read_lines(path):
         try:
             rows.append(parse(record))
-        except (KeyError, TypeError, ValueError) as error:
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise InputError(f"{path}:{number}: {_describe(error)}") from None
     return rows
 
@@ -129,7 +129,7 @@ def _bench_row(record):
     throughput = record.get("throughput") or record
     bytes_per_step = record.get("bytes_per_step_per_machine") or {}
     return BenchRow(
-        name=palette.key(str(record.get("run_name") or record["runner"])), runner=str(record["runner"]),
+        name=_label(record), runner=str(record["runner"]),
         config=_config_name(record["config"]), workers=int(record["workers"]),
         ps=_int_or_none(record.get("ps")), machines=_int_or_none(record.get("machines")),
         link_rate=record.get("link_rate"), delay=record.get("delay"), median=float(throughput["median"]),
@@ -142,8 +142,7 @@ def _bench_row(record):
 
 
 def _prediction(record):
-    return Prediction(name=palette.key(str(record.get("run_name") or record["runner"])),
-                      config=_config_name(record["config"]), workers=int(record["workers"]),
+    return Prediction(name=_label(record), config=_config_name(record["config"]), workers=int(record["workers"]),
                       machines=_int_or_none(record.get("machines")),
                       link_rate=record.get("link_rate"), words_per_sec=float(record["words_per_sec"]))
 
@@ -174,6 +173,11 @@ def _at(value, steps, label):
             return [(key, None)]
         return [item for i, element in enumerate(value[key]) for item in _at(element, rest, f"{key}[{i}]")]
     return _at(value[key], rest, key)
+
+
+def _label(record):
+    """The run's name in the report (and its colour): its run_name, else its architecture, else its runner."""
+    return palette.key(str(record.get("run_name") or record.get("architecture") or record["runner"]))
 
 
 def _config_name(config):
