@@ -78,4 +78,10 @@ def training_section(results, figure_path):
                      f"first differs at step {next(s for s, g in gap if g != 0)}"])
     parts.append(blocks.table(["run", "final loss", "max |loss gap|", "against the reference"], rows,
                               "Final loss (nats per word) and the largest per-step gap to the reference's loss."))
+    asynchronous = [run.name.removeprefix("verify-") for run in runs if run.summary.get("mode") == "async"]
+    if asynchronous:
+        parts.append(blocks.paragraph(
+            f"The loss of an asynchronous run ({', '.join(asynchronous)}) is that of its chief's own rows, not of "
+            f"the global batch, so it differs from the reference's from the first step on; its parameters differ "
+            f"because its updates are stale (section 4)."))
     return blocks.section("Training", *parts)

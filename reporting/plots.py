@@ -23,14 +23,13 @@ def loss_curves(runs, reference, path):
     """Left: the loss of every run per step, overlaid; runs identical to the reference must lie on it, so each
     later line is drawn thinner and dashed over the earlier ones. Right: |loss - reference's| per step, where
     identical runs are exactly 0."""
-    figure, (curves, gaps) = plt.subplots(1, 2, figsize=WIDE)
+    figure, (curves, gaps) = plt.subplots(1, 2, figsize=(7.0, 3.6))
     for order, run in enumerate(runs):
         steps = [r["step"] for r in run.steps]
         losses = [r["loss"] for r in run.steps]
         curves.plot(steps, losses, color=palette.colour(run.name), label=palette.key(run.name),
-                    linewidth=max(3.0 - 0.5 * order, 0.8), linestyle="-" if order == 0 else (0, (4, 2 + order)))
+                    linewidth=max(3.0 - 0.4 * order, 1.2), linestyle="-" if order == 0 else (0, (4, 1 + order)))
     curves.set(xlabel="step", ylabel="loss (nats per word)", title="training loss")
-    curves.legend()
     floor = 1e-9
     gap_by_run = analysis.loss_gaps([r for r in runs if r is not reference], reference)
     for order, (run_name, gap) in enumerate(gap_by_run.items()):  # thinner over thicker: zeros stay visible
@@ -41,8 +40,11 @@ def loss_curves(runs, reference, path):
     gaps.axhline(floor, color="grey", linewidth=0.8, linestyle=":")
     gaps.set(xlabel="step", ylabel="|loss - reference loss| (nats)",
              title=f"gap to the reference (0 drawn at {floor:g})")
-    gaps.legend()
-    _save(figure, path)
+    # One legend for both panels, below them: inside, it would hide the curves.
+    figure.legend(*curves.get_legend_handles_labels(), loc="lower center", ncols=min(len(runs), 4))
+    figure.tight_layout(rect=(0, 0.06 * ((len(runs) + 3) // 4), 1, 1))
+    figure.savefig(path)
+    plt.close(figure)
 
 
 def verify_throughput(runs, path):
