@@ -1,6 +1,7 @@
 """Numbers derived from the results, shared by the plots and the sentences so that both say the same."""
 import collections
 import dataclasses
+import statistics
 
 # Parallax's published speedups on NLP models with 48 GPUs (Kim et al., EuroSys 2019, arXiv:1808.02621,
 # abstract): the only numbers in the report that are not measured here, drawn as markers and labelled as the
@@ -17,11 +18,35 @@ class ScalingPoint:
     efficiency: float     # speedup over the run's fewest-worker point, divided by the ratio of workers
 
 
+def combine_repeats(rows):
+    """One row per (config, link, run, workers) that was measured: each figure the median over the repeats."""
+    repeats = collections.defaultdict(list)
+    for row in rows:
+        if row.skipped is None:
+            repeats[(row.config, str(row.link), row.name, row.workers)].append(row)
+    combined = []
+    for key in sorted(repeats):
+        group = repeats[key]
+        medians = {field: _median([getattr(row, field) for row in group]) for field in MEASURED_FIELDS}
+        combined.append(dataclasses.replace(group[0], **medians, repeats=len(group)))
+    return combined
+
+
+MEASURED_FIELDS = ["median", "p16", "p84", "median_step_seconds", "busiest_measured", "busiest_predicted",
+                   "compute_seconds", "network_seconds", "bound_seconds"]
+
+
+def _median(values):
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
 def bench_groups(rows):
-    """{(config, link_rate): {run name: [ScalingPoint by workers]}}: one plot and one paragraph per group."""
+    """{(config, link): {run name: [ScalingPoint by workers]}} of combined rows: one plot and one paragraph per
+    group."""
     grouped = collections.defaultdict(lambda: collections.defaultdict(list))
     for row in rows:
-        grouped[(row.config, row.link_rate)][row.name].append(row)
+        grouped[(row.config, row.link)][row.name].append(row)
     return {group: {name: scaling(points) for name, points in sorted(runs.items())}
             for group, runs in sorted(grouped.items(), key=lambda item: (item[0][0], str(item[0][1])))}
 

@@ -10,10 +10,10 @@ def discussion_section(results):
         sentences.append(_verify_speed(results.verify["runs"]))
     else:
         sentences.append("verify not run: make verify. Nothing is said here about the trained parameters.")
-    if results.bench:
-        for (config, link_rate), points in analysis.bench_groups(results.bench).items():
-            sentences.append(_bench_group(config, link_rate, points, results.bench))
-    else:
+    measured = analysis.combine_repeats(results.bench or [])
+    for (config, link), points in analysis.bench_groups(measured).items():
+        sentences.append(_bench_group(config, link, points, measured))
+    if not measured:
         sentences.append("bench not run: make bench. Which architecture wins on a network is not measured yet.")
     if results.predictions:
         sentences.append(_extrapolation(results.predictions))
@@ -33,26 +33,25 @@ def _verify_speed(runs):
               "read these figures as a smoke test; the comparison is the benchmark's.")
 
 
-def _bench_group(config, link_rate, points, rows):
+def _bench_group(config, link, points, rows):
     """Who wins at the largest worker count every run of the group reached, by how much, and the bytes."""
     common = set.intersection(*({p.workers for p in ps} for ps in points.values()))
-    where = f"{config} config, {link_rate or 'loopback'} links"
+    where = f"{config} config, {link or 'loopback'} links"
     if not common:
         return f"{where}: the runs were measured at no common worker count, so they are not ranked."
     workers = max(common)
-    at = {name: next(r for r in rows if r.name == name and r.config == config and r.link_rate == link_rate
-                     and r.workers == workers) for name in points}
-    ranked = sorted(at.values(), key=lambda r: -r.median)
+    ranked = sorted((r for r in rows if (r.config, r.link, r.workers) == (config, link, workers)),
+                    key=lambda r: -r.median)
     winner = ranked[0]
     text = (f"{where}, {workers} workers: {winner.name} is fastest at {blocks.rate(winner.median)} words/sec"
             + "".join(f"; {blocks.ratio(winner.median / r.median)} {r.name} ({blocks.rate(r.median)})"
                       for r in ranked[1:]) + ".")
     for other in ranked[1:]:
-        if winner.bytes_measured and other.bytes_measured:
-            text += (f" {other.name} moves {blocks.byte_count(other.bytes_measured)} per step per machine over its "
-                     f"link against {winner.name}'s {blocks.byte_count(winner.bytes_measured)} "
-                     f"({blocks.ratio(other.bytes_measured / winner.bytes_measured)})"
-                     + (f", and its step is {other.bound}-bound" if other.bound else "") + ".")
+        if winner.busiest_measured and other.busiest_measured:
+            text += (f" {other.name}'s busiest link carries {blocks.byte_count(other.busiest_measured)} a step, "
+                     f"{blocks.ratio(other.busiest_measured / winner.busiest_measured)} {winner.name}'s "
+                     f"{blocks.byte_count(winner.busiest_measured)}"
+                     + (f"; its step is {other.bound}-bound" if other.bound else "") + ".")
     efficiency = {name: next(p.efficiency for p in ps if p.workers == workers) for name, ps in points.items()}
     text += " Scaling efficiency there: " + ", ".join(f"{n} {e:.0%}" for n, e in sorted(efficiency.items())) + "."
     return text
@@ -74,8 +73,10 @@ def limitations_section(results):
     summaries = [run.summary for run in results.runs.values()]
     hosts = sorted({h for s in summaries for h in (s.get("environment") or {}).get("hostnames") or []})
     cores = sorted({(s.get("environment") or {}).get("cpu_cores") for s in summaries} - {None})
-    rates = sorted({r.link_rate for r in results.bench or [] if r.link_rate})
-    delays = sorted({r.delay for r in results.bench or [] if r.delay})
+    links = {r.link for r in results.bench or [] if r.link}
+    rates = sorted({link.split(" delay ")[0] for link in links})
+    delays = sorted({link.split(" delay ")[1] for link in links if " delay " in link})
+    repeats = max((r.repeats for r in analysis.combine_repeats(results.bench or [])), default=0)
     gpus = sorted({gpu for s in summaries for gpu in (s.get("environment") or {}).get("gpus") or []})
     items = [
         f"Machines: every run's chief ran on {', '.join(hosts) or 'an unrecorded machine'}"
@@ -92,7 +93,8 @@ def limitations_section(results):
         (f"GPU: {', '.join(gpus)}." if gpus else
          "GPU: none recorded in the summaries; on CPUs the ratio of computation to communication differs from "
          "the GPU clusters of the Parallax paper."),
-        "Statistics: each figure is one run; the central 68% interval shows the spread of its steps, not of "
-        "repeated runs.",
+        "Statistics: each verify figure is one run" + (f", each bench figure the median over up to {repeats} "
+                                                        f"repeats" if repeats else "")
+        + "; the central 68% interval shows the spread of a run's steps, not of repeated runs.",
     ]
     return blocks.section("Limitations", blocks.bullets(items))

@@ -28,24 +28,34 @@ class Run:
 
 @dataclasses.dataclass
 class BenchRow:
-    """One benchmarked run. Every field the report uses from bench.jsonl is named here and nowhere else."""
-    name: str                     # the run's label and colour (_label)
-    runner: str
+    """One line of bench.jsonl (bench/run.py's record). Every field the report uses from it is read in
+    _bench_row and nowhere else."""
+    name: str                     # the runner as the report names it (palette.key): tf, horovod-dense, ...
     config: str
     workers: int
     ps: int | None
     machines: int | None
-    link_rate: str | None         # as given to --net (100mbit, 1gbit); None: loopback, unshaped
-    delay: str | None             # added latency per link direction (--delay), None: none
-    median: float                 # words/sec, median of the measured steps
+    link: str | None              # the emulated link, as --net gives it: "100mbit", "1gbit delay 5ms"
+    repeat: int                   # which repeat of this combination (1, 2, ...)
+    skipped: str | None           # why the bench did not run it; then every measurement below is None
+    median: float | None          # words/sec: the timer's median of the measured steps, and its central 68%
     p16: float | None
     p84: float | None
     median_step_seconds: float | None
-    bytes_measured: float | None  # bytes per step per machine, counted on its link
-    bytes_predicted: float | None
-    compute_seconds: float | None  # the step's computation alone
-    bound_seconds: float | None    # the step time the link and the computation allow
-    bound: str | None              # which limits the step: "network" or "compute"
+    busiest_measured: float | None   # bytes per step on the busiest machine link direction, counted
+    busiest_predicted: float | None  # the same, from the traffic model
+    compute_seconds: float | None    # the bound's computation term
+    network_seconds: float | None    # the bound's network term (busiest link's bytes / rate)
+    bound_seconds: float | None      # compute + network: the step time the link and the computation allow
+    environment: dict | None
+    repeats: int = 1              # repeats this row stands for (analysis.combine_repeats)
+
+    @property
+    def bound(self):
+        """Which term of the bound is larger: what limits this run's step."""
+        if self.network_seconds is None or self.compute_seconds is None:
+            return None
+        return "network" if self.network_seconds > self.compute_seconds else "compute"
 
 
 @dataclasses.dataclass
@@ -55,7 +65,7 @@ class Prediction:
     config: str
     workers: int
     machines: int | None
-    link_rate: str | None
+    link: str | None
     words_per_sec: float
 
 
@@ -124,27 +134,33 @@ def _optional_lines(directory, filename, parse):
 
 
 def _bench_row(record):
-    # The throughput fields are the timer's (harness/timer.py), nested under "throughput" as in a summary or
-    # at the top level of the line: both are accepted.
-    throughput = record.get("throughput") or record
-    bytes_per_step = record.get("bytes_per_step_per_machine") or {}
+    throughput = record.get("throughput") or {}  # absent when the run was skipped
     return BenchRow(
-        name=_label(record), runner=str(record["runner"]),
-        config=_config_name(record["config"]), workers=int(record["workers"]),
-        ps=_int_or_none(record.get("ps")), machines=_int_or_none(record.get("machines")),
-        link_rate=record.get("link_rate"), delay=record.get("delay"), median=float(throughput["median"]),
-        p16=_float_or_none(throughput.get("p16")), p84=_float_or_none(throughput.get("p84")),
+        name=palette.key(str(record["runner"])), config=str(record["config"]), workers=int(record["workers"]),
+        ps=_int_or_none(record.get("ps")), machines=_int_or_none(record.get("machines")), link=record.get("link"),
+        repeat=int(record.get("repeat", 1)), skipped=record.get("skipped"),
+        median=_float_or_none(throughput.get("median")), p16=_float_or_none(throughput.get("p16")),
+        p84=_float_or_none(throughput.get("p84")),
         median_step_seconds=_float_or_none(throughput.get("median_step_seconds")),
-        bytes_measured=_float_or_none(bytes_per_step.get("measured", record.get("bytes_per_step_measured"))),
-        bytes_predicted=_float_or_none(bytes_per_step.get("predicted", record.get("bytes_per_step_predicted"))),
+        busiest_measured=_busiest(record.get("measured_bytes_per_step")),
+        busiest_predicted=_busiest(record.get("predicted_bytes_per_step")),
         compute_seconds=_float_or_none(record.get("compute_seconds")),
-        bound_seconds=_float_or_none(record.get("bound_seconds")), bound=record.get("bound"))
+        network_seconds=_float_or_none(record.get("network_seconds")),
+        bound_seconds=_float_or_none(record.get("bound_seconds")), environment=record.get("environment"))
+
+
+def _busiest(per_machine):
+    """The largest of every machine's bytes sent and received per step ([{"sent", "received"}]): the link that
+    sets the network's share of the step."""
+    if not per_machine:
+        return None
+    return max(float(value) for machine in per_machine for value in (machine["sent"], machine["received"]))
 
 
 def _prediction(record):
-    return Prediction(name=_label(record), config=_config_name(record["config"]), workers=int(record["workers"]),
+    return Prediction(name=palette.key(str(record["runner"])), config=_config_name(record["config"]), workers=int(record["workers"]),
                       machines=_int_or_none(record.get("machines")),
-                      link_rate=record.get("link_rate"), words_per_sec=float(record["words_per_sec"]))
+                      link=record.get("link"), words_per_sec=float(record["words_per_sec"]))
 
 
 def _checked(record, fields, where):
@@ -173,11 +189,6 @@ def _at(value, steps, label):
             return [(key, None)]
         return [item for i, element in enumerate(value[key]) for item in _at(element, rest, f"{key}[{i}]")]
     return _at(value[key], rest, key)
-
-
-def _label(record):
-    """The run's name in the report (and its colour): its run_name, else its architecture, else its runner."""
-    return palette.key(str(record.get("run_name") or record.get("architecture") or record["runner"]))
 
 
 def _config_name(config):

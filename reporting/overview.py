@@ -37,11 +37,14 @@ def model_section(results):
 
 
 def environment_section(results):
+    recorded = [(run.name, run.summary.get("environment") or {}) for run in results.runs.values()]
+    recorded += [(f"bench {row.name} W={row.workers}", row.environment) for row in results.bench or []
+                 if row.environment]
     environments = {}
-    for run in results.runs.values():
-        environment = run.summary.get("environment") or {}
+    for name, environment in recorded:
         described = tuple((label, value(environment)) for label, value in ENVIRONMENT_ROWS)
-        environments.setdefault(described, []).append(run.name)
+        if name not in environments.setdefault(described, []):
+            environments[described].append(name)
     if not environments:
         return blocks.section("Environment", blocks.missing("no run summaries in the results: make verify"))
     columns = list(environments.items())
@@ -82,10 +85,13 @@ def _links(results, run_names):
     """What joined the tasks: the verify runs' --hosts, the bench's emulated link rates, else loopback."""
     hosts = sorted({arg.split("=", 1)[1] for run in (results.verify or {}).get("runs", [])
                     if f"verify-{run['name']}" in run_names for arg in run["command"] if arg.startswith("--hosts=")})
-    rates = sorted({row.link_rate for row in results.bench or [] if row.link_rate})
-    described = [f"over ssh to {', '.join(hosts)}" if hosts else "one machine, loopback, unshaped"]
-    if rates:
-        described.append(f"bench: emulated links of {', '.join(rates)}")
+    benched = [name for name in run_names if name.startswith("bench ")]
+    rates = sorted({row.link for row in results.bench or [] if row.link})
+    described = []
+    if len(benched) < len(run_names):
+        described.append(f"over ssh to {', '.join(hosts)}" if hosts else "one machine, loopback, unshaped")
+    if benched:
+        described.append(f"bench: emulated links of {', '.join(rates)}" if rates else "bench: loopback, unshaped")
     return "; ".join(described)
 
 

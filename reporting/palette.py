@@ -18,13 +18,13 @@ COLOURS = {
 SPARE = ["#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#ff7f0e"]
 
 
-# The bench's names of the architectures (bench/traffic.py) -> verify's names of the runs.
-ARCHITECTURE_NAMES = {"ps": "tf", "ps-async": "tf-async", "allreduce": "horovod", "allreduce-dense": "horovod-dense",
+# The bench's names (its runners, bench/run.py, and traffic models, bench/traffic.py) -> verify's names.
+ARCHITECTURE_NAMES = {"tf-sync": "tf", "ps": "tf", "allreduce": "horovod", "allreduce-dense": "horovod-dense",
                       "hybrid": "parallax", "hybrid-local": "parallax-local", "run": "reference"}
 
 
 def key(name):
-    """verify-tf, run_tf.py, ps, tf -> tf; run.py, run -> reference; hybrid -> parallax."""
+    """verify-tf, run_tf.py, tf-sync, ps, tf -> tf; run.py, run -> reference; hybrid -> parallax."""
     for prefix in ("verify-", "bench-"):
         name = name.removeprefix(prefix)
     name = name.removesuffix(".py").removeprefix("run_")

@@ -38,30 +38,35 @@ def verify_throughput(verify, figure_path):
 def bench(results, figure_dir):
     if results.bench is None:
         return [blocks.missing(BENCH_MISSING)]
-    if not results.bench:
-        return [blocks.missing(f"{BENCH_MISSING} (bench.jsonl is empty)")]
-    rows = sorted(results.bench, key=lambda r: (r.config, str(r.link_rate), r.name, r.workers))
-    parts = [blocks.table(
-        ["run", "config", "W", "PS", "mach.", "link", "words/sec", "central 68%", "step", "MB/step meas.",
-         "MB/step pred.", "compute", "bound", "limit"],
-        [[r.name, r.config, r.workers, _or_dash(r.ps), _or_dash(r.machines), r.link_rate or "loopback",
+    rows = analysis.combine_repeats(results.bench)
+    skipped = [r for r in results.bench if r.skipped]
+    parts = [blocks.missing(f"skipped by make bench: {r.name}, {r.config}, {r.workers} workers, repeat {r.repeat}: "
+                            f"{r.skipped}") for r in skipped]
+    if not rows:
+        return parts + [blocks.missing(f"{BENCH_MISSING} (bench.jsonl holds no measured run)")]
+    parts.append(blocks.table(
+        ["run", "config", "W", "PS", "mach.", "link", "runs", "words/sec", "central 68%", "step", "bound",
+         "compute", "network", "limit", "busiest MB meas.", "pred."],
+        [[r.name, r.config, r.workers, _or_dash(r.ps), _or_dash(r.machines), r.link or "loopback", r.repeats,
           blocks.rate(r.median), blocks.interval(r.p16, r.p84) if r.p16 is not None else "-",
-          _or_dash(r.median_step_seconds, blocks.seconds), _or_dash(r.bytes_measured, _mb),
-          _or_dash(r.bytes_predicted, _mb), _or_dash(r.compute_seconds, blocks.seconds),
-          _or_dash(r.bound_seconds, blocks.seconds), r.bound or "-"] for r in rows],
-        "make bench (bench.jsonl): every benchmarked run. W workers on that many machines joined by links of the "
-        "given rate; bytes per step per machine counted on its link and predicted from the model's sizes; the step "
-        "time the computation alone takes and the bound the link and the computation allow.")]
-    for index, ((config, link_rate), points) in enumerate(analysis.bench_groups(rows).items()):
+          _or_dash(r.median_step_seconds, blocks.seconds), _or_dash(r.bound_seconds, blocks.seconds),
+          _or_dash(r.compute_seconds, blocks.seconds), _or_dash(r.network_seconds, blocks.seconds), r.bound or "-",
+          _or_dash(r.busiest_measured, _mb), _or_dash(r.busiest_predicted, _mb)] for r in rows],
+        "make bench (bench.jsonl), each figure the median over the runs (repeats): W workers on that many "
+        "machines joined by links of the given rate. The bound on the step is the computation's share (compute) "
+        "plus the busiest link's bytes at the link's rate (network); limit names the larger. The busiest link "
+        "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."))
+    for index, ((config, link), points) in enumerate(analysis.bench_groups(rows).items()):
         path = os.path.join(figure_dir, f"bench-scaling-{index}.svg")
-        title = f"{config}, {link_rate or 'loopback'}"
+        title = f"{config}, {link or 'loopback'}"
         plots.scaling(points, title, path)
         parts.append(blocks.figure(path, f"Scaling, {title}: words/sec against workers (bars: central 68% of the "
                                          f"steps; dotted: linear from each run's fewest workers), and efficiency."))
     path = os.path.join(figure_dir, "bench-model.svg")
     plots.measured_against_model(rows, path)
-    parts.append(blocks.figure(path, "Bytes per step per machine, measured against predicted, and the median step "
-                                     "time against its bound: points on the diagonal are explained by the model."))
+    parts.append(blocks.figure(path, "Bytes per step on the busiest link direction, measured against predicted, and "
+                                     "the median step time against its bound: on the diagonal, the model explains "
+                                     "the run; above it, something the model leaves out costs time."))
     if results.predictions is None:
         parts.append(blocks.missing(PREDICT_MISSING))
     else:
