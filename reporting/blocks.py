@@ -7,6 +7,10 @@ def paragraph(text, lead=""):
     return {"kind": "paragraph", "lead": lead, "text": text}
 
 
+def subheading(text):
+    return {"kind": "subheading", "text": text}
+
+
 def bullets(items):
     return {"kind": "bullets", "items": list(items)}
 

@@ -12,10 +12,12 @@ def throughput_section(results, figure_dir):
         "Words per second leave out each run's warm-up steps; the median is given with the central 68% of the "
         "per-step rates, the mean with its nominal 95% interval, and the median step time.")]
     verify = results.verify
+    parts.append(blocks.subheading("The verify runs"))
     if verify is None:
         parts.append(blocks.missing("verify not run: make verify (no throughput of the verify runs)"))
     else:
         parts += verify_throughput(verify, os.path.join(figure_dir, "verify-throughput.svg"))
+    parts.append(blocks.subheading("The benchmark: emulated clusters"))
     parts += bench(results, figure_dir)
     return blocks.section("Throughput", *parts)
 
@@ -67,6 +69,7 @@ def bench(results, figure_dir):
     parts.append(blocks.figure(path, "Bytes per step on the busiest link direction, measured against predicted, and "
                                      "the median step time against its bound: on the diagonal, the model explains "
                                      "the run; above it, something the model leaves out costs time."))
+    parts.append(blocks.subheading("Extrapolation to larger clusters"))
     if results.predictions is None:
         parts.append(blocks.missing(PREDICT_MISSING))
     else:
