@@ -147,6 +147,8 @@ def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
                     f"{blocks.rate(line['throughput']['median'])} "
                     f"{blocks.interval(line['throughput']['p16'], line['throughput']['p84'])}") in text
     assert "tiny config, 100mbit links, 2 workers:" in text  # the discussion's ranking
+    drawn = {path.name for path in (pdf.parent / "figures").iterdir()}
+    assert {"bench-scaling-0.svg", "bench-model.svg", "bench-extrapolation.svg", "loss.svg"} <= drawn
     assert "Parallax's published speedups" in text
     assert "extrapolation not run" not in text
     assert "lm1b-like" in text and "num_sampled" in text
