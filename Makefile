@@ -5,6 +5,7 @@
 # make run-horovod  allreduce with Horovod                (run_horovod.py)
 # make run-parallax hybrid: sparse on PS, dense allreduced (run_parallax.py)
 # make bench    benchmarks (see README: Benchmarks)
+# make report   report/report.pdf from what make verify and make bench left in RESULTS
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
 #   CONFIG    model configuration: tiny, small, medium
@@ -17,6 +18,7 @@
 #   HOSTS     host:slots,... to run the tasks on over ssh (distributed runners, verify)
 #   CKPT_DIR  checkpoint directory; empty: checkpoints/<runner>
 #   ARGS      any other flags, passed through
+#   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 CONFIG   ?= small
 STEPS    ?= 300
 WARMUP   ?= 50
@@ -27,6 +29,8 @@ DATA     ?=
 HOSTS    ?=
 CKPT_DIR ?=
 ARGS     ?=
+RESULTS  ?= results
+REPORT   ?= report
 
 VERIFY_STEPS := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),60)
 
@@ -36,7 +40,7 @@ RUN_FLAGS = --config=$(CONFIG) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=
             $(if $(DATA),--data_path=$(DATA))
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 
-.PHONY: setup test run run-tf run-horovod run-parallax verify bench bench-overhead clean
+.PHONY: setup test run run-tf run-horovod run-parallax verify bench bench-overhead report clean
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh
@@ -84,5 +88,10 @@ bench-overhead: setup
 	$(if $(HOSTS),$(error HOSTS=: bench-overhead measures run.py on this machine only))
 	$(PYTHON) bench/overhead.py $(RUN_FLAGS) $(ARGS)
 
+# The PDF report, from RESULTS alone (make verify and make bench first; what they did not write is named
+# as missing in the report). Writes REPORT/report.pdf, its Typst source (report.typ, data.json) and figures.
+report: setup
+	$(PYTHON) -m reporting --results_dir=$(RESULTS) --out_dir=$(REPORT)
+
 clean:
-	rm -rf checkpoints results
+	rm -rf checkpoints results $(REPORT)

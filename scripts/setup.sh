@@ -32,6 +32,8 @@ command -v g++ >/dev/null || missing+=(g++)
 # it is optional: without root, Horovod is built with Gloo only.
 can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
 command -v mpicxx >/dev/null || ! $can_apt || missing+=(openmpi-bin libopenmpi-dev)
+# poppler-utils' pdftoppm renders the report's pages in its test (without it the test uses Typst's own PNGs).
+command -v pdftoppm >/dev/null || ! $can_apt || missing+=(poppler-utils)
 if [ ${#missing[@]} -gt 0 ]; then
   if $can_apt; then
     say "installing ${missing[*]} with apt-get"

@@ -1,0 +1,100 @@
+"""Sections 7-8: the discussion and the limitations, every sentence written from the numbers."""
+from reporting import analysis, blocks
+from reporting.correctness import verdict_sentence
+
+
+def discussion_section(results):
+    sentences = []
+    if results.verify:
+        sentences.append(verdict_sentence(results.verify))
+        sentences.append(_verify_speed(results.verify["runs"]))
+    else:
+        sentences.append("verify not run: make verify. Nothing is said here about the trained parameters.")
+    measured = analysis.combine_repeats(results.bench or [])
+    for (config, link), points in analysis.bench_groups(measured).items():
+        sentences.append(_bench_group(config, link, points, measured))
+    if not measured:
+        sentences.append("bench not run: make bench. Which architecture wins on a network is not measured yet.")
+    if results.predictions:
+        sentences.append(_extrapolation(results.predictions))
+    return blocks.section("Discussion", *(blocks.paragraph(s) for s in sentences))
+
+
+def _verify_speed(runs):
+    ranked = sorted(runs, key=lambda r: -r["throughput"]["median"])
+    fastest, slowest = ranked[0], ranked[-1]
+    f, s = fastest["throughput"], slowest["throughput"]
+    overlap = f["p16"] <= s["p84"]
+    return (f"In the verify runs, {fastest['name']} was fastest ({blocks.rate(f['median'])} words/sec median) and "
+            f"{slowest['name']} slowest ({blocks.rate(s['median'])}), {blocks.ratio(f['median'] / s['median'])}; "
+            + ("their central 68% intervals overlap, so even that order is within the noise of one short run. "
+               if overlap else "their central 68% intervals do not overlap. ")
+            + "All tasks of these runs share one machine, so they compete for its cores and no network is crossed: "
+              "read these figures as a smoke test; the comparison is the benchmark's.")
+
+
+def _bench_group(config, link, points, rows):
+    """Who wins at the largest worker count every run of the group reached, by how much, and the bytes."""
+    common = set.intersection(*({p.workers for p in ps} for ps in points.values()))
+    where = f"{config} config, {link or 'loopback'} links"
+    if not common:
+        return f"{where}: the runs were measured at no common worker count, so they are not ranked."
+    workers = max(common)
+    ranked = sorted((r for r in rows if (r.config, r.link, r.workers) == (config, link, workers)),
+                    key=lambda r: -r.median)
+    winner = ranked[0]
+    text = (f"{where}, {workers} workers: {winner.name} is fastest at {blocks.rate(winner.median)} words/sec"
+            + "".join(f"; {blocks.ratio(winner.median / r.median)} {r.name} ({blocks.rate(r.median)})"
+                      for r in ranked[1:]) + ".")
+    for other in ranked[1:]:
+        if winner.busiest_measured and other.busiest_measured:
+            text += (f" {other.name}'s busiest link carries {blocks.byte_count(other.busiest_measured)} a step, "
+                     f"{blocks.ratio(other.busiest_measured / winner.busiest_measured)} {winner.name}'s "
+                     f"{blocks.byte_count(winner.busiest_measured)}"
+                     + (f"; its step is {other.bound}-bound" if other.bound else "") + ".")
+    efficiency = {name: next(p.efficiency for p in ps if p.workers == workers) for name, ps in points.items()}
+    text += " Scaling efficiency there: " + ", ".join(f"{n} {e:.0%}" for n, e in sorted(efficiency.items())) + "."
+    return text
+
+
+def _extrapolation(predictions):
+    largest = max(p.workers for p in predictions)
+    at = {p.name: p.words_per_sec for p in predictions if p.workers == largest}
+    published = analysis.PUBLISHED_PARALLAX
+    if "parallax" not in at:
+        return f"The extrapolation to {largest} workers has no parallax point to compare."
+    compared = [f"{blocks.ratio(at['parallax'] / at[other])} over {other} (paper: {published['over'][other]}x at "
+                f"{published['gpus']} GPUs)" for other in published["over"] if other in at]
+    return (f"Extrapolated to {largest} workers, parallax is predicted at {blocks.rate(at['parallax'])} words/sec: "
+            + ("; ".join(compared) or "no tf or horovod point to compare") + ".")
+
+
+def limitations_section(results):
+    summaries = [run.summary for run in results.runs.values()]
+    hosts = sorted({h for s in summaries for h in (s.get("environment") or {}).get("hostnames") or []})
+    cores = sorted({(s.get("environment") or {}).get("cpu_cores") for s in summaries} - {None})
+    links = {r.link for r in results.bench or [] if r.link}
+    rates = sorted({link.split(" delay ")[0] for link in links})
+    delays = sorted({link.split(" delay ")[1] for link in links if " delay " in link})
+    repeats = max((r.repeats for r in analysis.combine_repeats(results.bench or [])), default=0)
+    gpus = sorted({gpu for s in summaries for gpu in (s.get("environment") or {}).get("gpus") or []})
+    items = [
+        f"Machines: every run's chief ran on {', '.join(hosts) or 'an unrecorded machine'}"
+        f"{' (' + ', '.join(map(str, cores)) + ' cores)' if cores else ''}; "
+        + ("a single machine, so its workers and servers share its cores and memory bandwidth."
+           if len(hosts) <= 1 else "several machines."),
+        (f"Links: emulated on this machine (network namespaces shaped to {', '.join(rates)}), not physical "
+         f"switches and NICs." if rates else "Links: none measured; the tasks talked over loopback, so no byte "
+                                             "crossed a real or emulated network."),
+        (f"Latency: added per link ({', '.join(delays)})." if delays else
+         "Latency: none added; the links are shaped in bandwidth only, so latency-bound costs (many small "
+         "messages, the ring's 2(W-1) rounds) are under-represented." if rates else
+         "Latency: not measured, as no network was crossed."),
+        (f"GPU: {', '.join(gpus)}." if gpus else
+         "GPU: none recorded in the summaries; on CPUs the ratio of computation to communication differs from "
+         "the GPU clusters of the Parallax paper."),
+        "Statistics: each verify figure is one run" + (f", each bench figure the median over up to {repeats} "
+                                                        f"repeats" if repeats else "")
+        + "; the central 68% interval shows the spread of a run's steps, not of repeated runs.",
+    ]
+    return blocks.section("Limitations", blocks.bullets(items))

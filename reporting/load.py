@@ -1,0 +1,236 @@
+"""Reads results/: the only module that knows the files' names and fields (docs/outputs.md).
+
+    verify.json            make verify's verdict                       -> Results.verify (None: not run)
+    <run>.json, .jsonl     every run's summary and its steps            -> Results.runs
+    bench.jsonl            make bench, one line per benchmarked run     -> Results.bench (None: not run)
+    bench-predict.jsonl    python -m bench.predict's extrapolation      -> Results.predictions (None: not run)
+
+Anything that cannot be read is an InputError naming the file (and line): the report is never built from
+half of a file.
+"""
+import dataclasses
+import glob
+import json
+import os
+
+from reporting import InputError, palette
+
+# Files in results/ that are not one run's summary.
+NOT_RUN_SUMMARIES = {"verify.json", "bench-overhead.json", "partition-search.json"}
+
+
+@dataclasses.dataclass
+class Run:
+    name: str          # run_name: results/<name>.json and .jsonl
+    summary: dict
+    steps: list        # the per-step records, in order
+
+
+@dataclasses.dataclass
+class BenchRow:
+    """One line of bench.jsonl (bench/run.py's record). Every field the report uses from it is read in
+    _bench_row and nowhere else."""
+    name: str                     # the runner as the report names it (palette.key): tf, horovod-dense, ...
+    config: str
+    workers: int
+    ps: int | None
+    machines: int | None
+    link: str | None              # the emulated link, as --net gives it: "100mbit", "1gbit delay 5ms"
+    repeat: int                   # which repeat of this combination (1, 2, ...)
+    skipped: str | None           # why the bench did not run it; then every measurement below is None
+    median: float | None          # words/sec: the timer's median of the measured steps, and its central 68%
+    p16: float | None
+    p84: float | None
+    median_step_seconds: float | None
+    busiest_measured: float | None   # bytes per step on the busiest machine link direction, counted
+    busiest_predicted: float | None  # the same, from the traffic model
+    compute_seconds: float | None    # the bound's computation term
+    network_seconds: float | None    # the bound's network term (busiest link's bytes / rate)
+    bound_seconds: float | None      # compute + network: the step time the link and the computation allow
+    environment: dict | None
+    repeats: int = 1              # repeats this row stands for (analysis.combine_repeats)
+
+    @property
+    def bound(self):
+        """Which term of the bound is larger: what limits this run's step."""
+        if self.network_seconds is None or self.compute_seconds is None:
+            return None
+        return "network" if self.network_seconds > self.compute_seconds else "compute"
+
+
+@dataclasses.dataclass
+class Prediction:
+    """One point of bench.predict's extrapolation to a larger cluster."""
+    name: str
+    config: str
+    workers: int
+    machines: int | None
+    link: str | None
+    words_per_sec: float
+
+
+@dataclasses.dataclass
+class Results:
+    directory: str
+    verify: dict | None
+    runs: dict            # run_name -> Run
+    bench: list | None    # [BenchRow]; None when bench.jsonl does not exist
+    predictions: list | None
+
+    def verify_run(self, name):
+        """The Run behind verify.json's run `name` (verify names its runs verify-<name>), or None."""
+        return self.runs.get(f"verify-{name}")
+
+
+# The fields the report reads from verify.json and the summaries (docs/outputs.md): checked when read, so that
+# a file of another shape is one line naming it, not a failure halfway through the report.
+THROUGHPUT_FIELDS = ["median", "p16", "p84", "mean", "median_step_seconds", "measured_steps"]
+VERIFY_FIELDS = {
+    "": ["config", "match", "runs", "pairs", "passed"],
+    "config": ["config", "steps", "seed", "workers", "ps", "data", "rtol", "atol"],
+    "runs[]": ["name", "expected", "command", "final_loss", "throughput"],
+    "runs[].throughput": THROUGHPUT_FIELDS,
+    "pairs[]": ["a", "b", "max_abs_diff", "max_rel_diff", "max_ulp", "identical", "differing_variables", "verdict",
+                "cause"],
+}
+SUMMARY_FIELDS = {"": ["runner", "config", "steps", "final_loss", "throughput"], "config": ["name"]}
+STEP_FIELDS = ["step", "loss"]
+
+
+def load(directory):
+    if not os.path.isdir(directory):
+        raise InputError(f"{directory}: no such results directory (run make verify, make bench)")
+    verify_path = os.path.join(directory, "verify.json")
+    verify = _checked(_read_json(verify_path), VERIFY_FIELDS, verify_path) if os.path.exists(verify_path) else None
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
+        if os.path.basename(path) in NOT_RUN_SUMMARIES:
+            continue
+        summary = _read_json(path)
+        if not (isinstance(summary, dict) and "runner" in summary and "throughput" in summary):
+            continue  # some other tool's file
+        _checked(summary, SUMMARY_FIELDS, path)
+        name = os.path.basename(path)[:-len(".json")]
+        steps_path = os.path.join(directory, name + ".jsonl")
+        steps = list(_read_lines(steps_path)) if os.path.exists(steps_path) else []
+        for number, record in steps:
+            _checked(record, {"": STEP_FIELDS}, f"{steps_path}:{number}")
+        runs[name] = Run(name, summary, [record for _, record in steps])
+    return Results(directory, verify, runs, _optional_lines(directory, "bench.jsonl", _bench_row),
+                   _optional_lines(directory, "bench-predict.jsonl", _prediction))
+
+
+def _optional_lines(directory, filename, parse):
+    path = os.path.join(directory, filename)
+    if not os.path.exists(path):
+        return None
+    rows = []
+    for number, record in _read_lines(path):
+        try:
+            rows.append(parse(record))
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise InputError(f"{path}:{number}: {_describe(error)}") from None
+    return rows
+
+
+def _bench_row(record):
+    throughput = record.get("throughput") or {}  # absent when the run was skipped
+    return BenchRow(
+        name=palette.key(str(record["runner"])), config=str(record["config"]), workers=int(record["workers"]),
+        ps=_int_or_none(record.get("ps")), machines=_int_or_none(record.get("machines")), link=record.get("link"),
+        repeat=int(record.get("repeat", 1)), skipped=record.get("skipped"),
+        median=_float_or_none(throughput.get("median")), p16=_float_or_none(throughput.get("p16")),
+        p84=_float_or_none(throughput.get("p84")),
+        median_step_seconds=_float_or_none(throughput.get("median_step_seconds")),
+        busiest_measured=_busiest(record.get("measured_bytes_per_step")),
+        busiest_predicted=_busiest(record.get("predicted_bytes_per_step")),
+        compute_seconds=_float_or_none(record.get("compute_seconds")),
+        network_seconds=_float_or_none(record.get("network_seconds")),
+        bound_seconds=_float_or_none(record.get("bound_seconds")), environment=record.get("environment"))
+
+
+def _busiest(per_machine):
+    """The largest of every machine's bytes sent and received per step ([{"sent", "received"}]): the link that
+    sets the network's share of the step."""
+    if not per_machine:
+        return None
+    return max(float(value) for machine in per_machine for value in (machine["sent"], machine["received"]))
+
+
+def _prediction(record):
+    return Prediction(name=palette.key(str(record["runner"])), config=_config_name(record["config"]), workers=int(record["workers"]),
+                      machines=_int_or_none(record.get("machines")),
+                      link=record.get("link"), words_per_sec=float(record["words_per_sec"]))
+
+
+def _checked(record, fields, where):
+    """`record`, after checking it has `fields`: {path: [field]}, where a path names nested objects and [] every
+    element of a list ("runs[].throughput"). Raises InputError naming `where`, the path and the field."""
+    for path, names in fields.items():
+        for label, value in _at(record, path.split(".") if path else [], path):
+            if not isinstance(value, dict):
+                raise InputError(f"{where}: {label or 'the file'} is not a JSON object")
+            for name in names:
+                if name not in value:
+                    raise InputError(f"{where}: missing field {name!r}" + (f" in {label}" if label else ""))
+    return record
+
+
+def _at(value, steps, label):
+    """(label, value) of every object a path reaches: runs[] reaches each element of runs."""
+    if not steps:
+        return [(label, value)]
+    step, rest = steps[0], steps[1:]
+    key = step.removesuffix("[]")
+    if not isinstance(value, dict) or key not in value:
+        return [(label, None)]
+    if step.endswith("[]"):
+        if not isinstance(value[key], list):
+            return [(key, None)]
+        return [item for i, element in enumerate(value[key]) for item in _at(element, rest, f"{key}[{i}]")]
+    return _at(value[key], rest, key)
+
+
+def _config_name(config):
+    return config["name"] if isinstance(config, dict) else str(config)
+
+
+def _int_or_none(value):
+    return None if value is None else int(value)
+
+
+def _float_or_none(value):
+    return None if value is None else float(value)
+
+
+def _describe(error):
+    return f"missing field {error.args[0]!r}" if isinstance(error, KeyError) else f"bad value: {error}"
+
+
+def _read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
+
+
+def _read_lines(path):
+    """(line number, record) of every non-empty line of a JSON-lines file; each must be a JSON object."""
+    try:
+        with open(path) as f:
+            lines = f.readlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: cannot read: {error}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}:{number}: not valid JSON: {error.msg}") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{path}:{number}: not a JSON object")
+        yield number, record

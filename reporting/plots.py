@@ -1,0 +1,140 @@
+"""The figures, drawn with matplotlib and saved as SVG (vector: sharp at any zoom in the PDF).
+
+Every function takes numbers already read from results/ and a path; colours come from palette.colour only."""
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+import matplotlib.pyplot as plt  # noqa: E402
+
+from reporting import analysis, palette  # noqa: E402
+
+plt.rcParams.update({"font.size": 9, "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8,
+                     "svg.fonttype": "path", "figure.dpi": 100})
+WIDE = (7.0, 3.0)
+
+
+def _save(figure, path):
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def loss_curves(runs, reference, path):
+    """Left: the loss of every run per step, overlaid; runs identical to the reference must lie on it, so each
+    later line is drawn thinner and dashed over the earlier ones. Right: |loss - reference's| per step, where
+    identical runs are exactly 0."""
+    figure, (curves, gaps) = plt.subplots(1, 2, figsize=(7.0, 3.6))
+    for order, run in enumerate(runs):
+        steps = [r["step"] for r in run.steps]
+        losses = [r["loss"] for r in run.steps]
+        curves.plot(steps, losses, color=palette.colour(run.name), label=palette.key(run.name),
+                    linewidth=max(3.0 - 0.4 * order, 1.2), linestyle="-" if order == 0 else (0, (4, 1 + order)))
+    curves.set(xlabel="step", ylabel="loss (nats per word)", title="training loss")
+    floor = 1e-9
+    gap_by_run = analysis.loss_gaps([r for r in runs if r is not reference], reference)
+    for order, (run_name, gap) in enumerate(gap_by_run.items()):  # thinner over thicker: zeros stay visible
+        gaps.plot([s for s, _ in gap], [max(g, floor) for _, g in gap], color=palette.colour(run_name),
+                  label=palette.key(run_name), linewidth=max(3.0 - 0.7 * order, 0.8))
+    gaps.set_yscale("log")
+    gaps.set_ylim(bottom=floor / 2)
+    gaps.axhline(floor, color="grey", linewidth=0.8, linestyle=":")
+    gaps.set(xlabel="step", ylabel="|loss - reference loss| (nats)",
+             title=f"gap to the reference (0 drawn at {floor:g})")
+    # One legend for both panels, below them: inside, it would hide the curves.
+    figure.legend(*curves.get_legend_handles_labels(), loc="lower center", ncols=min(len(runs), 4))
+    figure.tight_layout(rect=(0, 0.06 * ((len(runs) + 3) // 4), 1, 1))
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def verify_throughput(runs, path):
+    """words/sec of every verify run: the median, with the central 68% of the steps as the bar."""
+    figure, axes = plt.subplots(figsize=(7.0, 0.45 * len(runs) + 1.0))
+    names = [r["name"] for r in runs]
+    for y, run in enumerate(runs):
+        t = run["throughput"]
+        axes.barh(y, t["median"], color=palette.colour(run["name"]),
+                  xerr=[[t["median"] - t["p16"]], [t["p84"] - t["median"]]], capsize=3)
+    axes.set_yticks(range(len(names)), names)
+    axes.invert_yaxis()
+    axes.set(xlabel="words/sec (median; bar: central 68% of steps)", title="throughput of the verify runs")
+    _save(figure, path)
+
+
+def scaling(points_by_name, title, path):
+    """Left: words/sec against workers, central-68% bars, and each run's ideal (linear from its fewest-worker
+    point). Right: scaling efficiency, 1 = ideal."""
+    figure, (rates, efficiency) = plt.subplots(1, 2, figsize=WIDE)
+    for name, points in points_by_name.items():
+        colour, workers = palette.colour(name), [p.workers for p in points]
+        low = [p.words_per_sec - p.low if p.low is not None else 0 for p in points]
+        high = [p.high - p.words_per_sec if p.high is not None else 0 for p in points]
+        rates.errorbar(workers, [p.words_per_sec for p in points], yerr=[low, high], color=colour, marker="o",
+                       capsize=3, label=palette.key(name))
+        base = points[0]
+        rates.plot(workers, [base.words_per_sec * w / base.workers for w in workers], color=colour,
+                   linestyle=":", linewidth=1)
+        efficiency.plot(workers, [p.efficiency for p in points], color=colour, marker="o", label=palette.key(name))
+    efficiency.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
+    rates.set(xlabel="workers", ylabel="words/sec", title=f"{title} (dotted: ideal)")
+    efficiency.set(xlabel="workers", ylabel="scaling efficiency (1 = linear)", title="scaling efficiency")
+    efficiency.set_ylim(bottom=0)
+    rates.legend()
+    efficiency.legend()
+    _save(figure, path)
+
+
+def measured_against_model(rows, path):
+    """Left: bytes per step on the busiest link direction, measured against predicted. Right: the median step
+    time against the bound the link and the computation allow. On the diagonal, the model explains the run."""
+    figure, (traffic, time) = plt.subplots(1, 2, figsize=WIDE)
+    _diagonal_scatter(traffic, [(r, r.busiest_predicted / 1e6, r.busiest_measured / 1e6) for r in rows
+                                if r.busiest_predicted and r.busiest_measured is not None],
+                      "predicted MB per step, busiest link", "measured MB per step, busiest link", "traffic")
+    _diagonal_scatter(time, [(r, r.bound_seconds, r.median_step_seconds) for r in rows
+                             if r.bound_seconds and r.median_step_seconds],
+                      "bound on the step time (s)", "measured median step time (s)", "step time")
+    _save(figure, path)
+
+
+def _diagonal_scatter(axes, points, xlabel, ylabel, title):
+    if not points:
+        axes.text(0.5, 0.5, "not in bench.jsonl", ha="center", va="center", transform=axes.transAxes)
+    seen = set()
+    for row, x, y in points:
+        axes.scatter(x, y, color=palette.colour(row.name), s=18, zorder=3,
+                     label=None if row.name in seen else palette.key(row.name))
+        seen.add(row.name)
+    if points:
+        top = max(max(x, y) for _, x, y in points) * 1.1
+        axes.plot([0, top], [0, top], color="grey", linestyle="--", linewidth=1, label="measured = predicted")
+        axes.legend()
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
+
+
+def extrapolation(predictions, path):
+    """Left: predicted words/sec against workers per run. Right: Parallax's predicted speedup over the other
+    architectures, with the paper's published ratios at its cluster size as markers."""
+    figure, (rates, speedups) = plt.subplots(1, 2, figsize=WIDE)
+    by_name = {}
+    for p in sorted(predictions, key=lambda p: p.workers):
+        by_name.setdefault(p.name, []).append(p)
+    for name, points in by_name.items():
+        rates.plot([p.workers for p in points], [p.words_per_sec for p in points], color=palette.colour(name),
+                   marker="o", markersize=3, label=palette.key(name))
+    rates.set(xlabel="workers", ylabel="predicted words/sec", title="extrapolation (bench.predict)")
+    rates.legend()
+    parallax = {p.workers: p.words_per_sec for p in by_name.get("parallax", [])}
+    for other, published in analysis.PUBLISHED_PARALLAX["over"].items():
+        mine = {p.workers: p.words_per_sec for p in by_name.get(other, [])}
+        workers = sorted(set(parallax) & set(mine))
+        if workers:
+            speedups.plot(workers, [parallax[w] / mine[w] for w in workers], color=palette.colour(other),
+                          marker="o", markersize=3, label=f"parallax / {other} (predicted)")
+        speedups.scatter([analysis.PUBLISHED_PARALLAX["gpus"]], [published], color=palette.colour(other),
+                         marker="*", s=90, edgecolor="black", zorder=3, label=f"parallax / {other}, paper (48 GPUs)")
+    speedups.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    speedups.set_xlim(0, 1.1 * max([analysis.PUBLISHED_PARALLAX["gpus"], *parallax]))  # the stars inside the frame
+    speedups.set(xlabel="workers", ylabel="speedup of parallax (x)", title="Parallax against the others")
+    speedups.legend()
+    _save(figure, path)

@@ -1,0 +1,91 @@
+"""Section 6: throughput, from the verify runs (a smoke test) and from make bench (the comparison)."""
+import os
+
+from reporting import analysis, blocks, plots
+
+BENCH_MISSING = "bench not run: make bench"
+PREDICT_MISSING = "extrapolation not run: python -m bench.predict"
+
+
+def throughput_section(results, figure_dir):
+    parts = [blocks.paragraph(
+        "Words per second leave out each run's warm-up steps; the median is given with the central 68% of the "
+        "per-step rates, the mean with its nominal 95% interval, and the median step time.")]
+    verify = results.verify
+    parts.append(blocks.subheading("The verify runs"))
+    if verify is None:
+        parts.append(blocks.missing("verify not run: make verify (no throughput of the verify runs)"))
+    else:
+        parts += verify_throughput(verify, os.path.join(figure_dir, "verify-throughput.svg"))
+    parts.append(blocks.subheading("The benchmark: emulated clusters"))
+    parts += bench(results, figure_dir)
+    return blocks.section("Throughput", *parts)
+
+
+def verify_throughput(verify, figure_path):
+    rows = []
+    for run in verify["runs"]:
+        t = run["throughput"]
+        ci = t.get("ci95")
+        mean = f"{blocks.rate(t['mean'])} ± {blocks.rate((ci[1] - ci[0]) / 2)}" if ci else blocks.rate(t["mean"])
+        rows.append([run["name"], blocks.rate(t["median"]), blocks.interval(t["p16"], t["p84"]), mean,
+                     blocks.seconds(t["median_step_seconds"]), t["measured_steps"]])
+    plots.verify_throughput(verify["runs"], figure_path)
+    return [blocks.table(["run", "median words/sec", "central 68%", "mean ± 95%", "median step", "steps"], rows,
+                         f"Throughput of the verify runs ({verify['config']['workers']} workers, "
+                         f"{verify['config']['steps']} steps each): a smoke test, not the comparison."),
+            blocks.figure(figure_path, "Words/sec of the verify runs: median, and the central 68% of the steps.")]
+
+
+def bench(results, figure_dir):
+    if results.bench is None:
+        return [blocks.missing(BENCH_MISSING)]
+    rows = analysis.combine_repeats(results.bench)
+    skipped = [r for r in results.bench if r.skipped]
+    parts = [blocks.missing(f"skipped by make bench: {r.name}, {r.config}, {r.workers} workers, repeat {r.repeat}: "
+                            f"{r.skipped}") for r in skipped]
+    if not rows:
+        return parts + [blocks.missing(f"{BENCH_MISSING} (bench.jsonl holds no measured run)")]
+    parts.append(blocks.table(
+        ["run", "config", "W", "PS", "mach.", "link", "runs", "words/sec", "central 68%", "step", "bound",
+         "compute", "network", "limit", "busiest MB meas.", "pred."],
+        [[r.name, r.config, r.workers, _or_dash(r.ps), _or_dash(r.machines), r.link or "loopback", r.repeats,
+          blocks.rate(r.median), blocks.interval(r.p16, r.p84) if r.p16 is not None else "-",
+          _or_dash(r.median_step_seconds, blocks.seconds), _or_dash(r.bound_seconds, blocks.seconds),
+          _or_dash(r.compute_seconds, blocks.seconds), _or_dash(r.network_seconds, blocks.seconds), r.bound or "-",
+          _or_dash(r.busiest_measured, _mb), _or_dash(r.busiest_predicted, _mb)] for r in rows],
+        "make bench (bench.jsonl), each figure the median over the runs (repeats): W workers on that many "
+        "machines joined by links of the given rate. The bound on the step is the computation's share (compute) "
+        "plus the busiest link's bytes at the link's rate (network); limit names the larger. The busiest link "
+        "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."))
+    for index, ((config, link), points) in enumerate(analysis.bench_groups(rows).items()):
+        path = os.path.join(figure_dir, f"bench-scaling-{index}.svg")
+        title = f"{config}, {link or 'loopback'}"
+        plots.scaling(points, title, path)
+        parts.append(blocks.figure(path, f"Scaling, {title}: words/sec against workers (bars: central 68% of the "
+                                         f"steps; dotted: linear from each run's fewest workers), and efficiency."))
+    path = os.path.join(figure_dir, "bench-model.svg")
+    plots.measured_against_model(rows, path)
+    parts.append(blocks.figure(path, "Bytes per step on the busiest link direction, measured against predicted, and "
+                                     "the median step time against its bound: on the diagonal, the model explains "
+                                     "the run; above it, something the model leaves out costs time."))
+    parts.append(blocks.subheading("Extrapolation to larger clusters"))
+    if results.predictions is None:
+        parts.append(blocks.missing(PREDICT_MISSING))
+    else:
+        path = os.path.join(figure_dir, "bench-extrapolation.svg")
+        plots.extrapolation(results.predictions, path)
+        published = analysis.PUBLISHED_PARALLAX
+        parts.append(blocks.figure(path, "Extrapolation to larger clusters (bench.predict, from the measured bytes "
+                                         "and compute times), with Parallax's published speedups on NLP models at "
+                                         f"{published['gpus']} GPUs as stars (arXiv:1808.02621: "
+                                         + ", ".join(f"{v}x over {k}" for k, v in published["over"].items()) + ")."))
+    return parts
+
+
+def _mb(n):
+    return f"{n / 1e6:.3g}"
+
+
+def _or_dash(value, formatter=str):
+    return "-" if value is None else formatter(value)

@@ -1,0 +1,215 @@
+"""make report (python -m reporting): a PDF built from small real runs, read back and rendered."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+from pypdf import PdfReader
+
+from conftest import REPO
+from reporting import blocks, palette
+
+VERIFY_RUNS = ["reference", "tf", "horovod", "tf-async"]
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory):
+    """A results directory from a real make verify: tiny config, a few steps, four runs (about a minute)."""
+    work = tmp_path_factory.mktemp("verify")
+    result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=12",
+                             "--warmup_steps=2", "--log_every=12", f"--runs={','.join(VERIFY_RUNS)}"],
+                            cwd=work, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return work / "results"
+
+
+def make_report(results_dir, out_dir):
+    return subprocess.run([sys.executable, "-m", "reporting", f"--results_dir={results_dir}", f"--out_dir={out_dir}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def pdf_text(path):
+    """The PDF's text, with runs of whitespace (line and cell breaks) as one space and without the invisible
+    word joiners that keep ranges of numbers on one line."""
+    text = " ".join(page.extract_text() for page in PdfReader(path).pages).replace("\u2060", "")
+    return " ".join(text.split())
+
+
+def summary(results_dir, name):
+    return json.loads((results_dir / f"verify-{name}.json").read_text())
+
+
+def bench_lines(results_dir):
+    """bench.jsonl as make bench writes it (bench/run.py): per benchmarked run the cluster's shape, the timer's
+    throughput fields (here the verify runs' real ones, scaled as if each scaled at 80% efficiency), each machine's
+    bytes per step counted and predicted, and the bound on the step; plus a run the bench skipped."""
+    lines = []
+    for verify_name, runner in [("tf", "tf-sync"), ("horovod", "horovod"), ("tf-async", "tf-async")]:
+        measured = summary(results_dir, verify_name)
+        for workers in (1, 2):
+            throughput = scaled(measured["throughput"], workers * 0.8 ** (workers - 1))
+            step = throughput["median_step_seconds"]
+            per_machine = [{"sent": 1.1e6 * workers, "received": 1.2e6 * workers}] * workers
+            lines.append({"runner": runner, "architecture": "tf" if "tf" in runner else "horovod",
+                          "config": "tiny", "workers": workers, "ps": workers, "machines": workers,
+                          "link": "100mbit", "bits_per_second": 100_000_000, "repeat": 1,
+                          "run_name": f"bench-tiny-{runner}-w{workers}-r1", "throughput": throughput,
+                          "predicted_bytes_per_step": [{"sent": 1e6 * workers, "received": 1e6 * workers}] * workers,
+                          "measured_bytes_per_step": per_machine, "compute_seconds": step / 3,
+                          "network_seconds": step / 2, "bound_seconds": step * 5 / 6,
+                          "step_over_bound": 1.2, "environment": measured["environment"]})
+    lines.append({"runner": "horovod-dense", "architecture": "horovod", "config": "tiny", "workers": 4, "ps": 4,
+                  "machines": 4, "link": "100mbit", "repeat": 1,
+                  "skipped": "its bound is 9.0 s a step, 15 minutes for 100 steps (--max_run_seconds=900)"})
+    return lines
+
+
+def scaled(throughput, factor):
+    """The timer's fields of a run `factor` times as fast."""
+    rates = {key: throughput[key] * factor for key in ("median", "p16", "p84", "mean", "aggregate")}
+    return dict(throughput, **rates, ci95=[bound * factor for bound in throughput["ci95"]],
+                median_step_seconds=throughput["median_step_seconds"] / factor)
+
+
+def prediction_lines():
+    return [{"runner": runner, "config": "tiny", "workers": workers, "words_per_sec": speed * workers ** 0.8}
+            for runner, speed in [("tf-sync", 900.0), ("horovod", 600.0), ("parallax", 1500.0)]
+            for workers in (2, 4, 8, 16, 32, 48)]
+
+
+def write_lines(path, records):
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+
+
+@pytest.fixture(scope="module")
+def without_bench(verified, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    result = make_report(verified, out)
+    assert result.returncode == 0, result.stderr
+    return out / "report.pdf"
+
+
+@pytest.fixture(scope="module")
+def with_bench(verified, tmp_path_factory):
+    results = tmp_path_factory.mktemp("bench-results")
+    shutil.copytree(verified, results, dirs_exist_ok=True)
+    write_lines(results / "bench.jsonl", bench_lines(verified))
+    write_lines(results / "bench-predict.jsonl", prediction_lines())
+    # A run of a config this test does not know, with a field the others lack: the report takes configs from
+    # the summaries, whatever they are.
+    other = dict(summary(verified, "reference"), run_name="other-config")
+    other["config"] = dict(other["config"], name="lm1b-like", num_sampled=64)
+    (results / "other-config.json").write_text(json.dumps(other))
+    out = tmp_path_factory.mktemp("bench-report")
+    result = make_report(results, out)
+    assert result.returncode == 0, result.stderr
+    return out / "report.pdf", results
+
+
+def test_report_states_the_verdicts_and_the_measured_figures(verified, without_bench):
+    text = pdf_text(without_bench)
+    verify = json.loads((verified / "verify.json").read_text())
+    assert "verify PASSED" in text
+    for pair in verify["pairs"]:
+        assert f"{pair['a']} {pair['b']} {blocks.small(pair['max_abs_diff'])}" in text
+        assert pair["verdict"] in text
+    assert "asynchronous updates are applied to whatever the variables hold" in text  # the recorded cause
+    staleness = summary(verified, "tf-async")["staleness"]
+    assert f"on average {staleness['chief_mean']:.2f} updates stale" in text
+    for name in VERIFY_RUNS:
+        run = summary(verified, name)
+        t = run["throughput"]
+        assert f"{name} {blocks.rate(t['median'])} {blocks.interval(t['p16'], t['p84'])}" in text
+        assert blocks.loss(run["final_loss"]) in text
+        assert run["environment"]["cpu_model"] in text
+    assert "equal at every step" in text  # the synchronous runs' losses coincide with the reference's
+    assert "Zaremba" in text and "arXiv:1409.2329" in text
+
+
+def test_results_without_bench_say_so(without_bench):
+    text = pdf_text(without_bench)
+    assert "bench not run: make bench" in text
+
+
+def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
+    pdf, results = with_bench
+    text = pdf_text(pdf)
+    assert "bench not run" not in text
+    for line in bench_lines(verified):
+        if "skipped" in line:
+            assert f"skipped by make bench: horovod-dense, tiny, 4 workers, repeat 1: {line['skipped']}" in text
+        else:
+            assert (f"{palette.key(line['runner'])} tiny {line['workers']} {line['ps']} {line['machines']} 100mbit 1 "
+                    f"{blocks.rate(line['throughput']['median'])} "
+                    f"{blocks.interval(line['throughput']['p16'], line['throughput']['p84'])}") in text
+    assert "tiny config, 100mbit links, 2 workers:" in text  # the discussion's ranking
+    drawn = {path.name for path in (pdf.parent / "figures").iterdir()}
+    assert {"bench-scaling-0.svg", "bench-model.svg", "bench-extrapolation.svg", "loss.svg"} <= drawn
+    assert "Parallax's published speedups" in text
+    assert "extrapolation not run" not in text
+    assert "lm1b-like" in text and "num_sampled" in text
+
+
+def rendered_pages(pdf, out_dir):
+    subprocess.run(["pdftoppm", "-r", "30", "-png", str(pdf), str(out_dir / "page")], check=True)
+    return sorted(out_dir.glob("page-*.png"))
+
+
+@pytest.mark.skipif(shutil.which("pdftoppm") is None, reason="pdftoppm missing: apt-get install poppler-utils")
+def test_every_page_renders_and_is_not_blank(without_bench, with_bench, tmp_path):
+    for index, pdf in enumerate([without_bench, with_bench[0]]):
+        (tmp_path / str(index)).mkdir()
+        pages = rendered_pages(pdf, tmp_path / str(index))
+        assert len(pages) == len(PdfReader(pdf).pages) >= 3
+        for page in pages:
+            # At 30 dpi text is grey, not black. A page with only its number has about 0.05% of its pixels
+            # inked; a page of text, 5%.
+            ink = np.asarray(Image.open(page).convert("L")) < 200
+            assert ink.mean() > 0.005, f"{page.name} of {pdf} is blank"
+
+
+def test_a_corrupt_bench_line_is_one_error_naming_file_and_line(verified, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(verified, results)
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "report.pdf").write_text("an earlier report, of other results")
+    good = json.dumps(bench_lines(verified)[0])
+    for broken, why in [("{\"runner\": \"tf-sync\", ", "not valid JSON"), ("[1, 2]", "not a JSON object"),
+                        (json.dumps({"runner": "tf-sync", "config": "tiny"}), "missing field 'workers'")]:
+        (results / "bench.jsonl").write_text(f"{good}\n{broken}\n")
+        result = make_report(results, tmp_path / "report")
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == [f"report: error: {results / 'bench.jsonl'}:2: "
+                                              + result.stderr.split(":2: ", 1)[1].strip()], result.stderr
+        assert why in result.stderr
+        assert not (tmp_path / "report" / "report.pdf").exists()
+
+
+def test_a_verify_json_of_another_shape_is_one_line(verified, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(verified, results)
+    verify = json.loads((results / "verify.json").read_text())
+    del verify["pairs"][0]["verdict"]
+    (results / "verify.json").write_text(json.dumps(verify))
+    result = make_report(results, tmp_path / "report")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"report: error: {results / 'verify.json'}: missing field 'verdict' in "
+                                          f"pairs[0]"]
+
+
+def test_a_missing_results_directory_is_one_line(tmp_path):
+    result = make_report(tmp_path / "nowhere", tmp_path / "report")
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "nowhere" in result.stderr
+
+
+def test_a_run_has_one_colour_under_all_its_names():
+    assert palette.colour("verify-tf") == palette.colour("run_tf.py") == palette.colour("tf-sync") == \
+        palette.colour("tf")
+    assert palette.colour("run.py") == palette.colour("verify-reference")
+    assert palette.colour("hybrid") == palette.colour("run_parallax.py") == palette.colour("verify-parallax")
+    assert len({palette.colour(name) for name in palette.COLOURS}) == len(palette.COLOURS)
+    assert palette.colour("lm1b-thing") == palette.colour("lm1b-thing")
