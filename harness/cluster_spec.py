@@ -27,20 +27,17 @@ SLURM_PORT_BASE = 8888  # SlurmClusterResolver's default
 
 def resolve(args):
     """Sets args.job_name, args.task_index, args.ps_hosts and args.worker_hosts from the first source that has
-    a cluster, and args.cluster_source to its name."""
+    a cluster."""
     given = [name for name in CLUSTER_FLAGS if getattr(args, name) is not None]
     if given:
         for name in CLUSTER_FLAGS:
             if getattr(args, name) is None:
                 raise harness.UsageError(f"--{name}: required with --{given[0]} (give all four cluster flags, or "
                                          f"none and TF_CONFIG)")
-        args.cluster_source = "flags"
     elif "TF_CONFIG" in os.environ:
         args.job_name, args.task_index, args.ps_hosts, args.worker_hosts = from_tf_config(os.environ["TF_CONFIG"])
-        args.cluster_source = "TF_CONFIG"
     elif "SLURM_STEP_NUM_TASKS" in os.environ:
         args.job_name, args.task_index, args.ps_hosts, args.worker_hosts = from_slurm_step(args.ps_tasks)
-        args.cluster_source = "Slurm"
     else:
         raise harness.UsageError("no cluster: give --job_name, --task_index, --ps_hosts and --worker_hosts, or "
                                  "TF_CONFIG, or start the tasks with srun")
