@@ -61,17 +61,10 @@ LAUNCH = $(PYTHON) -m harness.launch $(1) --workers=$(WORKERS) $(if $(HOSTS),--h
 run-tf: setup
 	$(call LAUNCH,tf) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(ARGS)
 
-# MPI=1: mpirun starts the ranks, if Horovod was built with MPI (setup does when mpicxx is present).
+# MPI=1: mpirun starts the ranks (Horovod's MPI controller; setup builds Horovod with MPI when OpenMPI is
+# installed), through the launcher like every other run: launch --mpi.
 run-horovod: setup
-ifeq ($(MPI),1)
-	@.venv/bin/horovodrun --check-build 2>/dev/null | grep -q '\[X\] MPI' || { echo "make: MPI=1: this Horovod was built \
-	without MPI; apt-get install openmpi-bin libopenmpi-dev, then bash scripts/setup.sh" >&2; exit 2; }
-	mpirun --allow-run-as-root -np $(WORKERS) -H $(or $(HOSTS),localhost:$(WORKERS)) -bind-to none \
-	    -map-by slot -x PYTHONUNBUFFERED=1 -x HOROVOD_GLOO_TIMEOUT_SECONDS=30 \
-	    $(abspath $(PYTHON)) run_horovod.py $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
-else
-	$(call LAUNCH,horovod) -- $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
-endif
+	$(call LAUNCH,horovod) $(if $(filter 1,$(MPI)),--mpi) -- $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
 
 run-parallax: setup
 	$(call LAUNCH,parallax) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_parallax) $(ARGS)

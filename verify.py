@@ -67,6 +67,8 @@ def parse_flags(argv=None):
     flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: the distributed runs on these hosts over "
                         "ssh (python -m harness.launch --help)", parser)
     flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts", flag_values=parser)
+    flags.DEFINE_boolean("slurm", False, "the distributed runs as Slurm job steps in the allocation this runs in "
+                         "(slurm/verify.sbatch; python -m harness.launch --help)", flag_values=parser)
     flags.DEFINE_finite_float("rtol", checkpoints_compare.DEFAULT_RTOL, "relative tolerance (when the verdict "
                               "allows one)", parser)
     flags.DEFINE_finite_float("atol", checkpoints_compare.DEFAULT_ATOL, "absolute tolerance (when the verdict "
@@ -118,8 +120,9 @@ def command(args, name):
     hosts = [f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}",
              "--require_shared_workdir"] if args.hosts else []
     ssh_config = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []
+    slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
     return [sys.executable, "-m", "harness.launch", how, f"--workers={args.workers}", f"--ps={args.ps}", *hosts,
-            *ssh_config, "--", *shared]
+            *ssh_config, *slurm, "--", *shared]
 
 
 def check_run_flags(args, name):

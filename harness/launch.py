@@ -4,11 +4,14 @@
     python -m harness.launch horovod --workers=2 -- --config=small --steps=300       (make run-horovod)
     python -m harness.launch parallax --workers=2 --ps=1 -- --config=small ...       (make run-parallax)
     python -m harness.launch tf --hosts=h1:2,h2:2 -- ...                             (make run-tf HOSTS=...)
+    python -m harness.launch tf --slurm -- ...                   (inside an allocation: slurm/run_tf.sbatch)
+    python -m harness.launch horovod --mpi -- ...                                     (make run-horovod MPI=1)
 
 A Task is what to run: a name ("worker1", "ps0"), a command line, its extra environment and its host; the
 `*_tasks` functions build them for each architecture. A starter is how to start a task, one module each
 under harness/starters/: `local.LocalProcess` starts it as a child process of this machine, `ssh.Ssh` on its
-host through a local ssh client. `run_tasks` is the one
+host through a local ssh client, `srun.Srun` as a Slurm job step on its node; with --mpi, one mpirun task
+starts every Horovod rank (`starters/mpirun.py`). `run_tasks` is the one
 place where a run's tasks are started, their output is prefixed with their names, their exit statuses are
 read and, when one fails or the user presses Ctrl-C, the others are stopped: a dead task takes the whole run
 down at once, with a message naming it.
@@ -24,7 +27,9 @@ import time
 
 import harness
 from harness import data, flags, partition_search
+from harness.starters import mpirun
 from harness.starters.local import LocalProcess, isolate_network
+from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
 import model
 
@@ -159,12 +164,15 @@ SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_para
 
 
 def launch(architecture, num_workers, num_ps, runner_flags, hosts=None, machines=1, starter=None,
-           network_interface=None):
+           network_interface=None, mpi=False):
     """Runs one job of `architecture`, on `hosts` ([(host, slots)]) through `starter` or on this machine;
-    returns its exit status."""
+    returns its exit status. With `mpi` (horovod only), one local mpirun starts every rank."""
     starter = starter or LocalProcess()
     script = SCRIPTS[architecture]
     worker_hosts, ps_hosts = place(num_workers, num_ps, hosts, machines)
+    if mpi:
+        argv = mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script), *runner_flags])
+        return run_tasks([Task("mpirun", argv)], LocalProcess())
     if architecture == "horovod":
         tasks = [Task(f"worker{r}", [sys.executable, os.path.join(REPO, script), *runner_flags], host=host)
                  for r, host in enumerate(worker_hosts)]
@@ -197,6 +205,11 @@ def parse_flags(argv):
                         "machine's towards the first host)", flag_values=parser)
     flags.DEFINE_integer("machines", 1, "without --hosts: the loopback addresses the workers are spread over, as if "
                          "on that many machines (tf, parallax)", lower_bound=1, flag_values=parser)
+    flags.DEFINE_boolean("slurm", False, "start the tasks as Slurm job steps (srun) on the nodes of the allocation "
+                         "this runs in (sbatch, salloc): the allocation's task slots are the hosts' slots",
+                         flag_values=parser)
+    flags.DEFINE_boolean("mpi", False, "horovod: mpirun starts the ranks (Horovod's MPI controller) instead of the "
+                         "launcher's Gloo rendezvous", flag_values=parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
     args = flags.parse(parser, argv[:split], positional=1)
@@ -205,8 +218,17 @@ def parse_flags(argv):
         raise harness.UsageError(f"architecture {args.architecture!r}: expected one of {', '.join(SCRIPTS)}")
     if args.machines > args.workers:
         raise harness.UsageError(f"--machines={args.machines}: more machines than the {args.workers} workers")
-    if args.hosts and args.machines > 1:
-        raise harness.UsageError("--machines: only without --hosts (the hosts are the machines)")
+    if (args.hosts or args.slurm) and args.machines > 1:
+        raise harness.UsageError("--machines: only without --hosts or --slurm (the hosts are the machines)")
+    if args.hosts and args.slurm:
+        raise harness.UsageError("--hosts: not with --slurm (the allocation's nodes are the hosts)")
+    if args.slurm and "SLURM_JOB_ID" not in os.environ:
+        raise harness.UsageError("--slurm: not inside a Slurm allocation (no SLURM_JOB_ID): submit with sbatch "
+                                 "(slurm/*.sbatch) or run under salloc")
+    if args.mpi and args.architecture != "horovod":
+        raise harness.UsageError("--mpi: only for horovod")
+    if args.mpi and args.ssh_config:
+        raise harness.UsageError("--ssh_config: not with --mpi (mpirun reaches the hosts with its own ssh)")
     for host, _ in args.hosts or []:  # every task must reach every other by this name, not only ssh
         try:
             socket.getaddrinfo(host, None)
@@ -220,6 +242,8 @@ def parse_flags(argv):
             import horovod.runner.gloo_run  # noqa: F401  (the rendezvous runs in this process)
         except ImportError as error:
             raise harness.UsageError(f"Horovod is not usable ({error}): run make setup")
+    if args.mpi:
+        mpirun.check()
     args.runner_flags = argv[split + 1:]
     # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
     args.search = "--search_partitions" in args.runner_flags
@@ -239,8 +263,13 @@ def parse_flags(argv):
 
 def main():
     args = parse_flags(sys.argv[1:])
-    starter = Ssh(args.ssh_config) if args.hosts else LocalProcess()
-    if not args.hosts:
+    if args.slurm:
+        starter = Srun()
+        args.hosts = starter.allocation()
+    elif args.hosts:
+        starter = Ssh(args.ssh_config)
+    else:
+        starter = LocalProcess()
         isolate_network()
     if (args.require_shared_workdir or args.search) and args.hosts:
         chief = place(args.workers, args.ps, args.hosts)[0][0]
@@ -251,7 +280,7 @@ def main():
 
     def run(runner_flags):
         return launch(args.architecture, args.workers, args.ps, runner_flags, args.hosts, args.machines, starter,
-                      args.network_interface)
+                      args.network_interface, args.mpi)
     runner_flags, runner_args = args.runner_flags, args.runner_args
     if args.search:
         def trial(n):

@@ -5,21 +5,22 @@ import socket
 import sys
 import time
 
-from absl import flags as absl_flags
 import tensorflow as tf
 
 import harness
-from harness import data, determinism, flags
+from harness import cluster_spec, data, determinism, flags
 import model
 
 
 def add_cluster_flags(parser):
+    """The cluster flags; without them the cluster comes from TF_CONFIG or the Slurm step (harness/cluster_spec.py)."""
     flags.DEFINE_enum("job_name", None, ["ps", "worker"], "this task's job", flag_values=parser)
     flags.DEFINE_integer("task_index", None, "this task's index in its job", lower_bound=0, flag_values=parser)
-    for name in ("job_name", "task_index"):
-        absl_flags.mark_flag_as_required(name, flag_values=parser)
-    flags.DEFINE_parsed("ps_hosts", None, flags.host_list, "host:port,... of the PS tasks", parser, required=True)
-    flags.DEFINE_parsed("worker_hosts", None, flags.host_list, "host:port,... of the workers", parser, required=True)
+    flags.DEFINE_parsed("ps_hosts", None, flags.host_list, "host:port,... of the PS tasks", parser)
+    flags.DEFINE_parsed("worker_hosts", None, flags.host_list, "host:port,... of the workers", parser)
+    flags.DEFINE_integer("ps_tasks", 1, "with the cluster from a Slurm step (srun, no cluster flags, no TF_CONFIG): "
+                         "how many of the step's tasks, the first ones, are parameter servers", lower_bound=1,
+                         flag_values=parser)
     flags.DEFINE_integer("partitions", 1, "parts of the embedding", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("timeout", 20, "seconds without progress after which a task looks for a dead task and exits",
                          lower_bound=1, flag_values=parser)
@@ -28,6 +29,7 @@ def add_cluster_flags(parser):
 
 
 def check_cluster_flags(args):
+    cluster_spec.resolve(args)
     tasks = args.ps_hosts if args.job_name == "ps" else args.worker_hosts
     if args.task_index >= len(tasks):
         raise harness.UsageError(f"--task_index={args.task_index}: there are only {len(tasks)} {args.job_name} tasks")

@@ -18,8 +18,8 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.9-3.
 "$PYTHON" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 11))' \
   || die "$("$PYTHON" --version 2>&1) is not supported by tensorflow 2.15: use Python 3.9-3.11 (PYTHON=...)"
 
-# 2. The compilers Horovod's build needs, ssh for HOSTS= runs and sshd for the tests' own ssh server;
-#    apt-get installs them when we are root on Debian/Ubuntu.
+# 2. The compilers Horovod's build needs, ssh for HOSTS= runs and sshd for the tests' own ssh server, and
+#    (optional) OpenMPI, Slurm and munge; apt-get installs them when we are root on Debian/Ubuntu.
 missing=()
 command -v ssh >/dev/null || missing+=(openssh-client)
 command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
@@ -34,6 +34,10 @@ can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=tr
 command -v mpicxx >/dev/null || ! $can_apt || missing+=(openmpi-bin libopenmpi-dev)
 # poppler-utils' pdftoppm renders the report's pages in its test (without it the test uses Typst's own PNGs).
 command -v pdftoppm >/dev/null || ! $can_apt || missing+=(poppler-utils)
+# Slurm and munge for the sbatch templates' tests (tests/test_slurm.py starts a one-node cluster of its own);
+# optional too: without root the Slurm tests skip, saying why.
+{ command -v slurmctld && command -v slurmd && command -v sbatch; } >/dev/null || ! $can_apt || missing+=(slurm-wlm)
+command -v munged >/dev/null || ! $can_apt || missing+=(munge)
 if [ ${#missing[@]} -gt 0 ]; then
   if $can_apt; then
     say "installing ${missing[*]} with apt-get"

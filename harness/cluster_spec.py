@@ -1,0 +1,108 @@
+"""Where a parameter-server task (run_tf.py, run_parallax.py) learns the cluster and its own place in it, in
+this order:
+
+1. the flags --job_name, --task_index, --ps_hosts, --worker_hosts (what the launcher passes; all four, or none);
+2. TF_CONFIG, as Kubeflow's TFJob and TensorFlow's own tools set it, read by TensorFlow's
+   TFConfigClusterResolver:
+       {"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 0}}
+   A "chief" job is mapped: the chief is worker 0 (our chief trains as well as records and checkpoints) and
+   worker i becomes worker i + 1. An "evaluator" task is refused: these runners evaluate nothing on the side.
+   Evaluators are not part of the training cluster, so an "evaluator" entry in "cluster" is left out;
+3. the environment of a Slurm job step (a task started by srun without the flags), read by TensorFlow's
+   SlurmClusterResolver: the step's first --ps_tasks tasks are the parameter servers, the others the workers,
+   each at port 8888 + its place among the step's tasks on its node.
+
+Anything malformed is a UsageError: one line, exit 2."""
+import json
+import os
+
+import tensorflow as tf
+
+import harness
+from harness import flags
+
+CLUSTER_FLAGS = ("job_name", "task_index", "ps_hosts", "worker_hosts")
+SLURM_PORT_BASE = 8888  # SlurmClusterResolver's default
+
+
+def resolve(args):
+    """Sets args.job_name, args.task_index, args.ps_hosts and args.worker_hosts from the first source that has
+    a cluster."""
+    given = [name for name in CLUSTER_FLAGS if getattr(args, name) is not None]
+    if given:
+        for name in CLUSTER_FLAGS:
+            if getattr(args, name) is None:
+                raise harness.UsageError(f"--{name}: required with --{given[0]} (give all four cluster flags, or "
+                                         f"none and TF_CONFIG)")
+    elif "TF_CONFIG" in os.environ:
+        args.job_name, args.task_index, args.ps_hosts, args.worker_hosts = from_tf_config(os.environ["TF_CONFIG"])
+    elif "SLURM_STEP_NUM_TASKS" in os.environ:
+        args.job_name, args.task_index, args.ps_hosts, args.worker_hosts = from_slurm_step(args.ps_tasks)
+    else:
+        raise harness.UsageError("no cluster: give --job_name, --task_index, --ps_hosts and --worker_hosts, or "
+                                 "TF_CONFIG, or start the tasks with srun")
+
+
+def from_tf_config(text):
+    """(job, index, ps addresses, worker addresses) of TF_CONFIG's text."""
+    def bad(why):
+        return harness.UsageError(f"TF_CONFIG: {why}")
+    try:
+        config = json.loads(text)
+    except ValueError as error:
+        raise bad(f"not JSON ({error})")
+    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict) \
+            or not isinstance(config.get("task"), dict):
+        raise bad('expected {"cluster": {"ps": [...], "worker": [...]}, "task": {"type": ..., "index": ...}}')
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    try:
+        job, index = resolver.task_type, resolver.task_id
+        cluster = resolver.cluster_spec().as_dict()
+    except (KeyError, TypeError, ValueError) as error:
+        raise bad(f"{type(error).__name__}: {error}")
+    if job == "evaluator":
+        raise bad('task type "evaluator" is refused: this runner trains only and has no evaluator job; give the '
+                  'job no evaluator replicas')
+    cluster.pop("evaluator", None)  # evaluators are not part of the training cluster
+    unknown = sorted(set(cluster) - {"ps", "worker", "chief"})
+    if unknown:
+        raise bad(f'job "{unknown[0]}" in "cluster": expected ps, worker, chief or evaluator')
+    if job not in cluster:
+        raise bad(f'task type "{job}" is not a job of "cluster" ({", ".join(sorted(cluster))})')
+    for name, addresses in cluster.items():
+        if not isinstance(addresses, list):  # ClusterSpec's {index: address} form: tasks may be missing
+            raise bad(f'job "{name}": expected a list of host:port')
+        try:
+            flags.host_list(",".join(addresses))
+        except ValueError as error:
+            raise bad(f'job "{name}": {error}')
+    if len(cluster.get("chief", [])) > 1:
+        raise bad(f'{len(cluster["chief"])} chief tasks: expected one')
+    if index is None or not 0 <= index < len(cluster[job]):
+        raise bad(f'task index {index}: job "{job}" has {len(cluster[job])} tasks')
+    workers = cluster.get("chief", []) + cluster.get("worker", [])
+    if "ps" not in cluster or not workers:
+        raise bad("a parameter-server cluster needs a ps job and a worker (or chief) job")
+    if job == "chief":
+        job, index = "worker", 0
+    elif job == "worker" and "chief" in cluster:
+        index += 1
+    return job, index, cluster["ps"], workers
+
+
+def from_slurm_step(num_ps):
+    """(job, index, ps addresses, worker addresses) of this task of the Slurm job step."""
+    # TensorFlow's resolver runs nvidia-smi unless told the GPUs, fails without one (tensorflow#56894), and hands
+    # out ports only while it has GPUs to pair them with: so one pretended GPU per task, which it must not apply.
+    num_tasks = int(os.environ["SLURM_STEP_NUM_TASKS"])
+    if num_ps >= num_tasks:
+        raise harness.UsageError(f"--ps_tasks={num_ps}: the Slurm step has only {num_tasks} tasks, none left for "
+                                 f"workers")
+    try:
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
+            jobs={"ps": num_ps, "worker": num_tasks - num_ps}, port_base=SLURM_PORT_BASE,
+            gpus_per_node=num_tasks, gpus_per_task=1, auto_set_gpu=False)
+        cluster = resolver.cluster_spec().as_dict()
+    except (KeyError, RuntimeError, ValueError) as error:
+        raise harness.UsageError(f"the Slurm step's environment: {error}")
+    return resolver.task_type, resolver.task_id, cluster["ps"], cluster["worker"]

@@ -1,0 +1,27 @@
+"""Horovod's ranks started by OpenMPI's mpirun (launch --mpi, make run-horovod MPI=1): Horovod's MPI controller
+instead of the launcher's Gloo rendezvous. mpirun is one local process that starts every rank itself: on this
+machine, over its own ssh on other hosts, or, inside a Slurm allocation, through Slurm (OpenMPI notices the
+allocation); it prefixes each line with the rank ([1,0]<stdout>: is rank 0) and, when a rank dies, stops the
+others and names it ("mpirun noticed that process rank 1 ... exited on signal 9")."""
+import os
+import shutil
+
+import harness
+
+
+def check():
+    """UsageError unless mpirun is installed and Horovod was built with MPI."""
+    import horovod.tensorflow as hvd
+    if not shutil.which("mpirun"):
+        raise harness.UsageError("--mpi: no mpirun: apt-get install openmpi-bin libopenmpi-dev, then make setup")
+    if not hvd.mpi_built():
+        raise harness.UsageError("--mpi: this Horovod was built without MPI: install OpenMPI (apt-get install "
+                                 "openmpi-bin libopenmpi-dev), then bash scripts/setup.sh")
+
+
+def command(worker_hosts, argv):
+    """mpirun's command line for the ranks of `argv`, rank r on worker_hosts[r]."""
+    hosts = ",".join(f"{host}:{worker_hosts.count(host)}" for host in dict.fromkeys(worker_hosts))
+    # --bind-to none: mpirun would pin each rank to a core, and the tasks of a run share this machine's cores.
+    return ["mpirun", *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "-np", str(len(worker_hosts)),
+            "-H", hosts, "--bind-to", "none", "--map-by", "slot", "--tag-output", "-x", "PYTHONUNBUFFERED=1", *argv]
