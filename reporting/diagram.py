@@ -18,7 +18,7 @@ BYTES_PER_FLOAT = 4
 class Sizes:
     config: str
     dense_bytes: int        # all dense variables: what an allreduce or a PS round trip moves per worker
-    sparse_bytes: int       # all sparse variables (the embedding)
+    sparse_bytes: int       # all sparse variables (the embedding; with a sampled softmax, the softmax too)
     row_bytes: int          # one row of a sparse variable: what a looked-up word costs
     sparse_names: tuple
 
@@ -31,7 +31,7 @@ def sizes(config_record):
         return None
     shapes = model.variable_shapes(config)
     count = {name: _product(shape) for name, shape in shapes.items()}
-    sparse = tuple(name for name in shapes if name in model.SPARSE_VARIABLES)
+    sparse = model.sparse_variables(config)
     return Sizes(config.name, BYTES_PER_FLOAT * sum(n for name, n in count.items() if name not in sparse),
                  BYTES_PER_FLOAT * sum(count[name] for name in sparse),
                  BYTES_PER_FLOAT * shapes[sparse[0]][-1] if sparse else 0, sparse)
