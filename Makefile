@@ -8,7 +8,7 @@
 # make report   report/report.pdf from what make verify and make bench left in RESULTS
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
-#   CONFIG    model configuration: tiny, small, medium
+#   CONFIG    model configuration: tiny, small, medium, lm1b (lm1b-tiny for tests)
 #   STEPS     training steps
 #   WARMUP    first steps left out of the throughput figures
 #   SEED      fixes the initial parameters, the synthetic corpus and the dropout masks

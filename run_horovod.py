@@ -26,8 +26,8 @@ except ImportError as error:  # absent, or built against another TensorFlow
 
 def parse_flags(argv=None):
     parser = flags.parser("run_horovod", __doc__)
-    flags.DEFINE_boolean("sparse_as_dense", False, "densify the embedding's gradient and allreduce it instead of "
-                         "allgathering its rows", flag_values=parser)
+    flags.DEFINE_boolean("sparse_as_dense", False, "densify every sparse gradient (the embedding's, and the "
+                         "sampled softmax's) and allreduce it instead of allgathering its rows", flag_values=parser)
     return flags.parse(parser, argv)
 
 

@@ -44,7 +44,8 @@ def parser(runner, description):
     """The shared flags; `runner` names the default checkpoint directory and run."""
     p = FlagSet(f"{runner}.py", description)
     DEFINE_enum("config", "small", sorted(model.CONFIGS),
-                "model configuration (model.CONFIGS): tiny for tests, small and medium as in the paper", flag_values=p)
+                "model configuration (model.CONFIGS): tiny for tests, small and medium as in the paper, lm1b "
+                "Parallax's sparse-heavy LM1B (lm1b-tiny for tests)", flag_values=p)
     DEFINE_integer("steps", 300, "training steps", lower_bound=1, flag_values=p)
     DEFINE_integer("warmup_steps", 50, "first steps left out of the throughput figures", lower_bound=0,
                    flag_values=p)

@@ -21,7 +21,7 @@ def add_cluster_flags(parser):
     flags.DEFINE_integer("ps_tasks", 1, "with the cluster from a Slurm step (srun, no cluster flags, no TF_CONFIG): "
                          "how many of the step's tasks, the first ones, are parameter servers", lower_bound=1,
                          flag_values=parser)
-    flags.DEFINE_integer("partitions", 1, "parts of the embedding", lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("partitions", 1, "parts each sparse variable is split into, by rows", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("timeout", 20, "seconds without progress after which a task looks for a dead task and exits",
                          lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("startup_timeout", 120, "seconds a task waits for the others to start before it calls "
