@@ -149,8 +149,10 @@ class LSTMLanguageModel:
         steps = tf.unstack(x, num=c.num_steps, axis=1)
         final_state = []
         for layer in range(c.num_layers):
-            kernel = self.variables[f"lstm_{layer}/kernel"]
-            bias = self.variables[f"lstm_{layer}/bias"]
+            # Read once per step: every use of a resource variable is a read of its own, and from a parameter
+            # server every read is a transfer of its own (num_steps copies of the kernel per step, not one).
+            kernel = tf.identity(self.variables[f"lstm_{layer}/kernel"])
+            bias = tf.identity(self.variables[f"lstm_{layer}/bias"])
             cell, hidden = initial_state[layer][0], initial_state[layer][1]
             outputs = []
             for x_t in steps:
