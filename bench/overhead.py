@@ -10,22 +10,18 @@ Writes <results_dir>/bench-overhead.json. The figure is the median over rounds o
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from bench.pinned import start_pinned  # noqa: E402
 import harness  # noqa: E402
 from harness import environment, flags  # noqa: E402
 
 import model  # noqa: E402
 
 
-
-def _start(core, command):
-    return subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
 
 
 def main():
@@ -47,9 +43,9 @@ def main():
             # Both loops at once, each pinned to its own core, so that both see the same moment of this
             # shared, noisy machine; every other round they swap cores.
             run_core, bare_core = (cores[0], cores[1]) if i % 2 == 0 else (cores[1], cores[0])
-            run_py = _start(run_core, [os.path.join(REPO, "run.py"), *shared, f"--results_dir={scratch}",
-                                       f"--ckpt_dir={scratch}/ckpt"])
-            bare_loop = _start(bare_core, [os.path.join(REPO, "bench", "bare_loop.py"), *shared])
+            run_py = start_pinned(run_core, [os.path.join(REPO, "run.py"), *shared, f"--results_dir={scratch}",
+                                             f"--ckpt_dir={scratch}/ckpt"])
+            bare_loop = start_pinned(bare_core, [os.path.join(REPO, "bench", "bare_loop.py"), *shared])
             bare_output, _ = bare_loop.communicate()
             run_py.communicate()
             if run_py.returncode or bare_loop.returncode:

@@ -15,12 +15,12 @@ the config down (exit 1 otherwise)."""
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from bench.pinned import start_pinned  # noqa: E402
 import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
 from harness import data, determinism, environment, flags  # noqa: E402
 from harness.timer import ThroughputTimer  # noqa: E402
@@ -106,10 +106,6 @@ def bytes_per_worker(args, config):
     }
 
 
-def _start(core, command):
-    return subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
-
 
 def main():
     parser = flags.parser("bench-sparse-update", __doc__)
@@ -135,7 +131,7 @@ def main():
     for i in range(args.rounds):
         # Both at once, each pinned to its own core; every other round they swap cores.
         cores_of = dict(zip(("scatter", "dense"), cores[:2] if i % 2 == 0 else cores[1::-1]))
-        children = {update: _start(core, [os.path.abspath(__file__), *shared, f"--update={update}"])
+        children = {update: start_pinned(core, [os.path.abspath(__file__), *shared, f"--update={update}"])
                     for update, core in cores_of.items()}
         summaries = {}
         for update, child in children.items():
