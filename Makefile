@@ -17,7 +17,10 @@
 #   DATA      a text in PTB's format (file or directory); empty: the synthetic corpus
 #   HOSTS     host:slots,... to run the tasks on over ssh (distributed runners, verify)
 #   CKPT_DIR  checkpoint directory; empty: checkpoints/<runner>
+#   NET       an emulated cluster: each machine a network namespace, its link shaped to this rate (100mbit,
+#             1gbit; needs root); empty: loopback. DELAY adds latency where the kernel has netem (not here)
 #   ARGS      any other flags, passed through
+#   BENCH     make bench BENCH=quick: one repeat, W = 2 against run.py's one device, 16 steps (minutes)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 CONFIG   ?= small
 STEPS    ?= 300
@@ -28,11 +31,18 @@ PS       ?= 1
 DATA     ?=
 HOSTS    ?=
 CKPT_DIR ?=
+NET      ?=
+DELAY    ?=
 ARGS     ?=
+BENCH    ?=
 RESULTS  ?= results
 REPORT   ?= report
 
 VERIFY_STEPS := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),60)
+# make bench: 100 steps, 50 of them warm-up, unless STEPS= and WARMUP= say otherwise (at 100 Mbit/s a step of
+# the small config moves about 11 MB a machine: about a second).
+BENCH_STEPS  := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),100)
+given = $(if $(filter command line environment,$(origin $(1))),$(2))
 
 SHELL  := /bin/bash
 PYTHON := .venv/bin/python
@@ -56,7 +66,8 @@ run: setup
 # HOSTS=h1:2,h2:2 starts the tasks on those hosts over ssh: the workers fill the slots in order, the
 # parameter servers go round the hosts. The repository, its .venv and the working directory must be at the
 # same paths on every host, reachable by ssh keys (BatchMode).
-LAUNCH = $(PYTHON) -m harness.launch $(1) --workers=$(WORKERS) $(if $(HOSTS),--hosts=$(HOSTS))
+LAUNCH = $(PYTHON) -m harness.launch $(1) --workers=$(WORKERS) $(if $(HOSTS),--hosts=$(HOSTS)) \
+         $(if $(NET),--net=$(NET)) $(if $(DELAY),--delay=$(DELAY))
 
 run-tf: setup
 	$(call LAUNCH,tf) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(ARGS)
@@ -75,7 +86,13 @@ verify: setup
 	$(PYTHON) verify.py $(subst --steps=$(STEPS),--steps=$(VERIFY_STEPS),$(RUN_FLAGS)) --workers=$(WORKERS) \
 	    --ps=$(PS) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(ARGS)
 
-bench: bench-overhead
+# The architectures on an emulated cluster (bench/run.py): NET (default 100mbit) per machine link, one worker
+# and one parameter server per machine; results/bench.jsonl and a table. BENCH=quick: a few minutes.
+bench: setup
+	$(if $(HOSTS),$(error HOSTS=: make bench emulates its machines on this one))
+	$(PYTHON) bench/run.py --net=$(or $(NET),100mbit) $(call given,CONFIG,--configs=$(CONFIG)) \
+	    $(call given,WORKERS,--workers=$(WORKERS)) $(call given,PS,--ps=$(PS)) $(if $(DELAY),--delay=$(DELAY)) \
+	    $(subst --steps=$(STEPS),--steps=$(BENCH_STEPS),$(RUN_FLAGS)) $(if $(filter quick,$(BENCH)),--quick) $(ARGS)
 
 bench-overhead: setup
 	$(if $(HOSTS),$(error HOSTS=: bench-overhead measures run.py on this machine only))

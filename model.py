@@ -260,8 +260,11 @@ class LSTMLanguageModel:
         steps = tf.unstack(x, num=c.num_steps, axis=1)
         final_state = []
         for layer in range(c.num_layers):
-            kernel = self.variables[f"lstm_{layer}/kernel"]
-            bias = self.variables[f"lstm_{layer}/bias"]
+            # Read once per step: every use of a resource variable is a read of its own, and from a parameter
+            # server every read is a transfer of its own (num_steps copies of the kernel per step, not one).
+            kernel = tf.identity(self.variables[f"lstm_{layer}/kernel"])
+            bias = tf.identity(self.variables[f"lstm_{layer}/bias"])
+            projection = tf.identity(self.variables[f"lstm_{layer}/projection"]) if c.projection_size else None
             cell, output = tf.split(initial_state[layer], [c.hidden_size, c.output_size], axis=1)
             outputs = []
             for x_t in steps:
@@ -269,8 +272,8 @@ class LSTMLanguageModel:
                 i, j, f, o = tf.split(gates, 4, axis=1)  # ptb_word_lm's BasicLSTMCell, forget_bias=0
                 cell = tf.sigmoid(f) * cell + tf.sigmoid(i) * tf.tanh(j)
                 output = tf.sigmoid(o) * tf.tanh(cell)
-                if c.projection_size:
-                    output = tf.matmul(output, self.variables[f"lstm_{layer}/projection"])
+                if projection is not None:
+                    output = tf.matmul(output, projection)
                 outputs.append(output)
             final_state.append(tf.concat([cell, output], axis=1))
             if dropout_masks is not None:

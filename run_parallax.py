@@ -119,7 +119,10 @@ def main():
                         for r in range(num_workers)]
         if chief:  # Parallax: the chief combines sparse gradients, computes the norm, applies sparse updates
             divisor = num_workers if args.average_sparse else 1
-            combined = [model.concatenate_slices(g, divisor) for g in zip(*received)]
+            combined = []
+            for part, gradients in zip(parts, zip(*received)):
+                with tf.device(part.device):  # on the part's parameter server: no round trip through the chief
+                    combined.append(model.concatenate_slices(gradients, divisor))
             combined = tf.nest.pack_sequence_as([variables[i] for i in sparse], combined)
             rows_received = tf.add_n([tf.shape(g.values)[0] for g in tf.nest.flatten(received)] + [0])
             remote = {i: model.gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}

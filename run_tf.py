@@ -102,7 +102,12 @@ class SynchronousStep:
         self.send = send + [loss_queues[rank].enqueue([feed.step, loss])]
         self.wait_for_update = token_queues[rank].dequeue()
         if self.chief:
-            averaged = model.average_worker_gradients(received)
+            # PS: each part's average is computed on its parameter server, next to its queues and its variable,
+            # so gradients do not travel to the chief and back.
+            averaged = []
+            for index, part in enumerate(tf.nest.flatten(lm.variable_list)):
+                with tf.device(part.device):
+                    averaged += model.average_worker_gradients([[worker[index]] for worker in received])
             train_op, self.global_norm = model.sgd_update(
                 config, lm.variable_list, tf.nest.pack_sequence_as(lm.variable_list, averaged), feed.learning_rate)
             self.global_loss = tf.add_n([q.dequeue()[1] for q in loss_queues]) / num_workers

@@ -6,12 +6,14 @@
     python -m harness.launch tf --hosts=h1:2,h2:2 -- ...                             (make run-tf HOSTS=...)
     python -m harness.launch tf --slurm -- ...                   (inside an allocation: slurm/run_tf.sbatch)
     python -m harness.launch horovod --mpi -- ...                                     (make run-horovod MPI=1)
+    python -m harness.launch tf --workers=2 --ps=2 --net=100mbit -- ...              (make run-tf NET=100mbit)
 
 A Task is what to run: a name ("worker1", "ps0"), a command line, its extra environment and its host; the
 `*_tasks` functions build them for each architecture. A starter is how to start a task, one module each
 under harness/starters/: `local.LocalProcess` starts it as a child process of this machine, `ssh.Ssh` on its
-host through a local ssh client, `srun.Srun` as a Slurm job step on its node; with --mpi, one mpirun task
-starts every Horovod rank (`starters/mpirun.py`). `run_tasks` is the one
+host through a local ssh client, `srun.Srun` as a Slurm job step on its node, `netns.NetnsProcess` inside
+one machine of an emulated cluster of network namespaces joined by shaped links (--net); with --mpi, one
+mpirun task starts every Horovod rank (`starters/mpirun.py`). `run_tasks` is the one
 place where a run's tasks are started, their output is prefixed with their names, their exit statuses are
 read and, when one fails or the user presses Ctrl-C, the others are stopped: a dead task takes the whole run
 down at once, with a message naming it.
@@ -20,6 +22,7 @@ import dataclasses
 import importlib
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -27,7 +30,7 @@ import time
 
 import harness
 from harness import data, flags, partition_search
-from harness.starters import mpirun
+from harness.starters import mpirun, netns
 from harness.starters.local import LocalProcess, isolate_network
 from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
@@ -48,17 +51,19 @@ class Task:
     host: str = "127.0.0.1"
 
 
-def _copy_output(name, stream, lock):
+def _copy_output(name, stream, lock, watch):
     for line in stream:
+        if watch:
+            watch(name, line)
         with lock:
             sys.stdout.write(f"[{name}] {line}")
             sys.stdout.flush()
 
 
-def run_tasks(tasks, starter=None, grace_seconds=5.0, poll_seconds=0.1):
+def run_tasks(tasks, starter=None, grace_seconds=5.0, poll_seconds=0.1, watch=None):
     """Runs `tasks` to the end. Returns 0 when all succeed; otherwise names the first task that failed, stops
     the others and returns its exit status (2 stays 2: bad input; anything else becomes 1). Ctrl-C stops
-    every task and returns 130."""
+    every task and returns 130. `watch(task name, line)`, if given, sees every line of output as it comes."""
     starter = starter or LocalProcess()
     lock = threading.Lock()
     running, readers = {}, []
@@ -66,7 +71,8 @@ def run_tasks(tasks, starter=None, grace_seconds=5.0, poll_seconds=0.1):
         for task in tasks:
             process = starter.start(task)
             running[task.name] = process
-            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock), daemon=True)
+            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock, watch),
+                                      daemon=True)
             reader.start()
             readers.append(reader)
         status = 0
@@ -163,16 +169,16 @@ def with_ports(hosts, starter):
 SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}
 
 
-def launch(architecture, num_workers, num_ps, runner_flags, hosts=None, machines=1, starter=None,
-           network_interface=None, mpi=False):
-    """Runs one job of `architecture`, on `hosts` ([(host, slots)]) through `starter` or on this machine;
-    returns its exit status. With `mpi` (horovod only), one local mpirun starts every rank."""
-    starter = starter or LocalProcess()
+def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
+           mpi=False):
+    """Runs one job of `architecture` with its workers and parameter servers on those hosts, started by
+    `starter`; returns its exit status and the tasks it ran. With `mpi` (horovod only), one local mpirun
+    starts every rank."""
     script = SCRIPTS[architecture]
-    worker_hosts, ps_hosts = place(num_workers, num_ps, hosts, machines)
     if mpi:
-        argv = mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script), *runner_flags])
-        return run_tasks([Task("mpirun", argv)], LocalProcess())
+        tasks = [Task("mpirun", mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script),
+                                                               *runner_flags]))]
+        return run_tasks(tasks, LocalProcess(), watch=watch), tasks
     if architecture == "horovod":
         tasks = [Task(f"worker{r}", [sys.executable, os.path.join(REPO, script), *runner_flags], host=host)
                  for r, host in enumerate(worker_hosts)]
@@ -185,7 +191,7 @@ def launch(architecture, num_workers, num_ps, runner_flags, hosts=None, machines
         for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
             task.env.update(environment)
     try:
-        return run_tasks(tasks, starter)
+        return run_tasks(tasks, starter, watch=watch), tasks
     finally:
         if stop_rendezvous:
             stop_rendezvous()
@@ -203,8 +209,17 @@ def parse_flags(argv):
     flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts (ssh -F)", flag_values=parser)
     flags.DEFINE_string("network_interface", None, "the interface Horovod's ranks talk over (default: this "
                         "machine's towards the first host)", flag_values=parser)
-    flags.DEFINE_integer("machines", 1, "without --hosts: the loopback addresses the workers are spread over, as if "
-                         "on that many machines (tf, parallax)", lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("machines", None, "without --hosts: the machines the workers are spread over, in blocks; "
+                         "on loopback (default 1) addresses 127.0.0.1, 127.0.0.2..., with --net namespaces (default: "
+                         "one per worker)", lower_bound=1, flag_values=parser)
+    flags.DEFINE_parsed("net", None, netns.Link.parse, "an emulated cluster: every machine a network namespace, its "
+                        "link to one switch shaped to this rate in both directions (100mbit, 1gbit; needs root). "
+                        "Default: loopback", parser)
+    flags.DEFINE_string("delay", None, "with --net: added latency per link direction (tc netem, e.g. 5ms), where the "
+                        "kernel has netem", flag_values=parser)
+    flags.DEFINE_boolean("separate_ps", False, "with --net: parameter servers on machines of their own (default: "
+                         "round the workers' machines, one per machine when --ps equals the machines)",
+                         flag_values=parser)
     flags.DEFINE_boolean("slurm", False, "start the tasks as Slurm job steps (srun) on the nodes of the allocation "
                          "this runs in (sbatch, salloc): the allocation's task slots are the hosts' slots",
                          flag_values=parser)
@@ -216,10 +231,18 @@ def parse_flags(argv):
     args.architecture = args.positional[0]
     if args.architecture not in SCRIPTS:
         raise harness.UsageError(f"architecture {args.architecture!r}: expected one of {', '.join(SCRIPTS)}")
+    if args.net and (args.hosts or args.slurm):
+        raise harness.UsageError("--net: only without --hosts or --slurm (it emulates the machines on this one)")
+    for flag in ("delay", "separate_ps"):
+        if getattr(args, flag) and not args.net:
+            raise harness.UsageError(f"--{flag}: only with --net")
+    if args.delay:
+        args.net = dataclasses.replace(args.net, delay=args.delay)
+    if args.machines and (args.hosts or args.slurm):
+        raise harness.UsageError("--machines: only without --hosts or --slurm (the hosts are the machines)")
+    args.machines = args.machines or (args.workers if args.net else 1)
     if args.machines > args.workers:
         raise harness.UsageError(f"--machines={args.machines}: more machines than the {args.workers} workers")
-    if (args.hosts or args.slurm) and args.machines > 1:
-        raise harness.UsageError("--machines: only without --hosts or --slurm (the hosts are the machines)")
     if args.hosts and args.slurm:
         raise harness.UsageError("--hosts: not with --slurm (the allocation's nodes are the hosts)")
     if args.slurm and "SLURM_JOB_ID" not in os.environ:
@@ -229,6 +252,8 @@ def parse_flags(argv):
         raise harness.UsageError("--mpi: only for horovod")
     if args.mpi and args.ssh_config:
         raise harness.UsageError("--ssh_config: not with --mpi (mpirun reaches the hosts with its own ssh)")
+    if args.mpi and args.net:
+        raise harness.UsageError("--mpi: not with --net (mpirun starts the ranks on this machine's network)")
     for host, _ in args.hosts or []:  # every task must reach every other by this name, not only ssh
         try:
             socket.getaddrinfo(host, None)
@@ -263,30 +288,52 @@ def parse_flags(argv):
 
 def main():
     args = parse_flags(sys.argv[1:])
-    if args.slurm:
-        starter = Srun()
-        args.hosts = starter.allocation()
-    elif args.hosts:
-        starter = Ssh(args.ssh_config)
+    if not args.net:
+        return run_job(args)
+    # SIGTERM must unwind like Ctrl-C, through the tasks' stop and the cluster's removal.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with netns.EmulatedCluster(args.machines + args.ps * args.separate_ps, args.net) as cluster:
+        return run_job(args, cluster)
+
+
+def run_job(args, cluster=None):
+    """Chooses where and how the tasks start (on `cluster`, an emulated one, if given), then runs the job
+    (after Parallax's partition search, if asked)."""
+    network_interface, counter = args.network_interface, None
+    runner_flags, runner_args = args.runner_flags, args.runner_args
+    if cluster:
+        cluster.join_switch()
+        starter, network_interface = netns.NetnsProcess(cluster), network_interface or netns.INTERFACE
+        worker_hosts, ps_hosts = cluster.place(args.workers, args.ps, args.separate_ps)
+        counter = netns.ByteCounter(cluster, runner_args.warmup_steps, runner_args.steps)
+        print(f"launch: {cluster.machines} machines ({', '.join(cluster.addresses)}), links of {args.net}"
+              f"{'' if args.net.delay else ' (no added latency: --delay, where the kernel has netem)'}",
+              file=sys.stderr, flush=True)
     else:
-        starter = LocalProcess()
-        isolate_network()
+        if args.slurm:
+            starter = Srun()
+            args.hosts = starter.allocation()
+        elif args.hosts:
+            starter = Ssh(args.ssh_config)
+        else:
+            starter = LocalProcess()
+            isolate_network()
+        worker_hosts, ps_hosts = place(args.workers, args.ps, args.hosts, args.machines)
     if (args.require_shared_workdir or args.search) and args.hosts:
-        chief = place(args.workers, args.ps, args.hosts)[0][0]
+        chief = worker_hosts[0]
         if not starter.shares_workdir(chief):
             raise harness.UsageError(f"host {chief} (the chief) does not see this working directory {os.getcwd()}: "
                                      f"the results are read back from it, so run from a file system every host "
                                      f"shares")
 
-    def run(runner_flags):
-        return launch(args.architecture, args.workers, args.ps, runner_flags, args.hosts, args.machines, starter,
-                      args.network_interface, args.mpi)
-    runner_flags, runner_args = args.runner_flags, args.runner_args
+    def run(runner_flags, watch=None):
+        return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface, watch,
+                      args.mpi)
     if args.search:
         def trial(n):
             name = f"partition-search-{n}"
-            status = run(runner_flags + [f"--partitions={n}", f"--run_name={name}",
-                                         f"--ckpt_dir={os.path.join(runner_args.ckpt_dir, name)}"])
+            status, _ = run(runner_flags + [f"--partitions={n}", f"--run_name={name}",
+                                            f"--ckpt_dir={os.path.join(runner_args.ckpt_dir, name)}"])
             if status:
                 raise SystemExit(status)
             with open(os.path.join(runner_args.results_dir, name + ".json")) as f:
@@ -294,7 +341,12 @@ def main():
         best = partition_search.search(trial, runner_args.results_dir,
                                        min(64, model.CONFIGS[runner_args.config].vocab_size))
         runner_flags = runner_flags + [f"--partitions={best}"]
-    return run(runner_flags)
+    status, tasks = run(runner_flags, counter and counter.watch)
+    if counter and status == 0:
+        path = os.path.join(runner_args.results_dir, runner_args.run_name + ".network.json")
+        with open(path, "w") as f:
+            json.dump(counter.result(tasks), f, indent=2)
+    return status
 
 
 if __name__ == "__main__":

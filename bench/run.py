@@ -1,0 +1,242 @@
+"""make bench: the architectures' throughput on an emulated cluster, with the bytes each machine's link carried
+against the traffic model (bench/traffic.py, docs/bench.md).
+
+    python bench/run.py --net=100mbit --steps=150 --warmup_steps=50          (make bench NET=100mbit)
+    python bench/run.py --quick                                               (make bench BENCH=quick)
+
+Sweeps runners x workers x configs x repeats. Every run goes through the launcher with --net: one machine per
+worker, one parameter server per machine (Parallax's setup), each machine's link shaped to the rate. The
+global batch is the config's (strong scaling, as verify needs): W workers share it. Before the sweep, run.py
+trains each config on one device: its median step time is the compute time of the bound.
+
+Each run adds one JSON line to <results_dir>/bench.jsonl (docs/outputs.md) and prints a progress line; the
+end prints a table per config. A run whose bound says it would take longer than --max_run_seconds is skipped
+with a line saying why and what it would cost.
+"""
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
+from harness import environment, flags  # noqa: E402
+from harness.starters import netns  # noqa: E402
+
+from bench import traffic  # noqa: E402
+import model  # noqa: E402
+
+# name: (launcher architecture, runner flags, traffic model)
+RUNNERS = {
+    "tf-sync": ("tf", [], "ps"),
+    "tf-async": ("tf", ["--sync=false"], "ps"),
+    "horovod": ("horovod", [], "allreduce"),
+    "horovod-dense": ("horovod", ["--sparse_as_dense"], "allreduce-dense"),
+    "parallax": ("parallax", [], "hybrid"),
+    "parallax-local": ("parallax", ["--local_aggregation"], "hybrid-local"),
+}
+CORES = len(os.sched_getaffinity(0))
+
+
+def parse_flags(argv=None):
+    parser = flags.parser("bench", __doc__)
+    flags.DEFINE_parsed("net", netns.Link.parse("100mbit"), netns.Link.parse, "every machine's link rate",
+                        parser)
+    flags.DEFINE_list("configs", [c for c in ("small", "lm1b") if c in model.CONFIGS], "configs to sweep",
+                      flag_values=parser)
+    flags.DEFINE_list("runners", list(RUNNERS), "runners to sweep", flag_values=parser)
+    flags.DEFINE_list("workers", ["1", "2", "4"], "worker counts to sweep", flag_values=parser)
+    flags.DEFINE_integer("ps", 0, "parameter-server tasks of every run; 0: one per machine (Parallax's setup)",
+                         lower_bound=0, flag_values=parser)
+    flags.DEFINE_string("delay", None, "added latency per link direction, where the kernel has netem",
+                        flag_values=parser)
+    flags.DEFINE_integer("repeats", 3, "runs of each combination", lower_bound=1, flag_values=parser)
+    flags.DEFINE_boolean("quick", False, "one repeat, W = 2 (W = 1 is run.py's one device), 16 steps of which 6 "
+                         "warm-up: minutes", flag_values=parser)
+    flags.DEFINE_integer("max_run_seconds", 900, "skip a run whose predicted bound exceeds this", lower_bound=1,
+                         flag_values=parser)
+    args = flags.parse(parser, argv)
+    if args.delay:
+        args.net = dataclasses.replace(args.net, delay=args.delay)
+    if args.quick:
+        args.repeats, args.workers, args.steps, args.warmup_steps = 1, ["2"], 16, 6
+    for name in args.configs:
+        if name not in model.CONFIGS:
+            raise harness.UsageError(f"--configs: unknown config {name!r} (known: {', '.join(model.CONFIGS)})")
+    for name in args.runners:
+        if name not in RUNNERS:
+            raise harness.UsageError(f"--runners: unknown runner {name!r} (known: {', '.join(RUNNERS)})")
+    try:
+        args.workers = [int(w) for w in args.workers]
+    except ValueError:
+        raise harness.UsageError(f"--workers: expected numbers, got {','.join(args.workers)}")
+    for name in args.configs:
+        for w in args.workers:
+            if w < 1 or model.CONFIGS[name].batch_size % w:
+                raise harness.UsageError(f"--workers: {w} workers do not divide {name}'s batch of "
+                                         f"{model.CONFIGS[name].batch_size} rows")
+    return args
+
+
+def common_flags(args, run_name):
+    return [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
+            f"--seed={args.seed}", f"--log_every={args.warmup_steps or args.steps}",
+            f"--results_dir={args.runs_dir}", f"--run_name={run_name}",
+            f"--ckpt_dir={os.path.join('checkpoints', 'bench', run_name)}",
+            *([f"--data_path={args.data_path}"] if args.data_path else [])]
+
+
+def run_quietly(command, what):
+    """Runs `command`; on failure, its last lines and exit 1."""
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    if result.returncode:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+        raise SystemExit(f"bench: {what} failed (exit {result.returncode}):\n{tail}")
+    return result
+
+
+def one_device(args):
+    """run.py's throughput on one device: its median step time is the compute of one step of the whole global
+    batch, and its words/sec the base of every speed-up."""
+    name = f"bench-{args.config}-one-device"
+    run_quietly([sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name), "--emulate_workers=1"],
+                f"run.py (the compute time of {args.config})")
+    with open(os.path.join(args.runs_dir, name + ".json")) as f:
+        return json.load(f)["throughput"]
+
+
+def machine_of_tasks(addresses, workers, servers):
+    index = {address: i for i, address in enumerate(addresses)}
+    return {**{f"worker{w}": index[a] for w, a in enumerate(workers)},
+            **{f"ps{p}": index[a] for p, a in enumerate(servers)}}
+
+
+def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput):
+    """Runs one combination; returns its bench.jsonl record (or a skip record)."""
+    architecture, runner_flags, kind = RUNNERS[runner]
+    machines = num_workers
+    num_ps = args.ps or machines
+    cluster = netns.EmulatedCluster(machines, args.net)  # for the placement only: nothing is built here
+    workers, servers = cluster.place(num_workers, num_ps)
+    byte_rate = args.net.bits_per_second / 8
+    predicted, network_term = traffic.predict(kind, variables, rows, num_workers, num_ps,
+                                              machine_of_tasks(cluster.addresses, workers, servers), byte_rate)
+    # W tasks on CORES cores: each worker computes 1/W of the batch, but no faster than the cores allow.
+    compute, compute_share = one_device_throughput["median_step_seconds"], max(1 / num_workers, 1 / CORES)
+    compute_term = compute * compute_share
+    record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
+              "workers": num_workers, "ps": num_ps, "machines": machines, "link": str(args.net),
+              "bits_per_second": args.net.bits_per_second, "repeat": repeat,
+              "one_device_words_per_sec": one_device_throughput["median"],
+              "compute_seconds_one_device": compute, "compute_share": compute_share,
+              "cores_shared": num_workers > CORES,
+              "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
+    if (compute_term + network_term) * args.steps > args.max_run_seconds:
+        return dict(record, skipped=f"its bound is {compute_term + network_term:.1f} s a step, "
+                                    f"{(compute_term + network_term) * args.steps / 60:.0f} minutes for {args.steps} "
+                                    f"steps (--max_run_seconds={args.max_run_seconds})")
+    run_name = f"bench-{args.config}-{runner}-w{num_workers}-r{repeat}"
+    run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}", f"--ps={num_ps}",
+                 f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else []),
+                 "--", *common_flags(args, run_name), *runner_flags], f"{runner} at W={num_workers}")
+    with open(os.path.join(args.runs_dir, run_name + ".json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(args.runs_dir, run_name + ".network.json")) as f:
+        counted = json.load(f)
+    measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
+    step = summary["throughput"]["median_step_seconds"]
+    return dict(record, run_name=run_name, throughput=summary["throughput"],
+                measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
+                measured_steps_counted=counted["steps"],
+                bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
+                                               if sum(map(sum, predicted)) else None),
+                compute_seconds=compute_term, network_seconds=network_term,
+                bound_seconds=compute_term + network_term, step_over_bound=step / (compute_term + network_term))
+
+
+def progress(i, total, record, started):
+    left = (time.monotonic() - started) / i * (total - i)
+    head = f"bench [{i}/{total}] {record['config']} {record['runner']} W={record['workers']} #{record['repeat']}"
+    if "skipped" in record:
+        print(f"{head}: skipped, {record['skipped']}", flush=True)
+        return
+    bytes_ratio = record["bytes_measured_over_predicted"]
+    print(f"{head}: {record['throughput']['median']:,.0f} words/sec, step {record['throughput']['median_step_seconds']:.3f}"
+          f" s = {record['step_over_bound']:.2f} x bound{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
+          f"{' (tasks outnumber the cores: compute term scaled)' if record['cores_shared'] else ''}; "
+          f"about {left / 60:.0f} min left", flush=True)
+
+
+def table(records):
+    """Per config: each runner and W's words/sec (median of the repeats' medians, and the central 68% of the
+    repeats' per-step rates), speed-up and efficiency against one device (run.py), ratio to the best runner at
+    that W, bytes measured/predicted and step time/bound."""
+    lines = []
+    done = [r for r in records if "skipped" not in r]
+    for config in dict.fromkeys(r["config"] for r in records):
+        base = next(r["one_device_words_per_sec"] for r in records if r["config"] == config)
+        lines += [f"\n{config}, links of {records[0]['link']}, strong scaling (global batch fixed); one device "
+                  f"(run.py): {base:,.0f} words/sec",
+                  f"{'runner':16s} {'W':>2s} {'words/sec':>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
+                  f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s}"]
+        rows = {}
+        for r in done:
+            if r["config"] == config:
+                rows.setdefault((r["runner"], r["workers"]), []).append(r)
+        median = {key: statistics.median(r["throughput"]["median"] for r in group) for key, group in rows.items()}
+        for (runner, w), group in rows.items():
+            best = max(m for (_, w2), m in median.items() if w2 == w)
+            ratio = [r["bytes_measured_over_predicted"] for r in group if r["bytes_measured_over_predicted"]]
+            low = statistics.median(r["throughput"]["p16"] for r in group)
+            high = statistics.median(r["throughput"]["p84"] for r in group)
+            speedup = median[(runner, w)] / base
+            lines.append(f"{runner:16s} {w:2d} {median[(runner, w)]:10,.0f} {f'[{low:,.0f}, {high:,.0f}]':>17s} "
+                         f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
+                         f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
+                         f"{statistics.median(r['step_over_bound'] for r in group):10.2f}")
+        for r in records:
+            if r["config"] == config and "skipped" in r:
+                lines.append(f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}")
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_flags()
+    args.runs_dir = os.path.join(args.results_dir, "bench")
+    os.makedirs(args.runs_dir, exist_ok=True)
+    combinations = [(config, runner, w, repeat) for config in args.configs for w in args.workers
+                    for repeat in range(1, args.repeats + 1) for runner in args.runners]
+    output = os.path.join(args.results_dir, "bench.jsonl")
+    open(output, "w").close()
+    print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "
+          f"{', '.join(map(str, args.workers))} x {args.repeats}), {args.steps} steps of which {args.warmup_steps} "
+          f"warm-up, links of {args.net}{'' if args.net.delay else ' (no added latency)'}, {CORES} cores", flush=True)
+    records, started, prepared = [], time.monotonic(), {}
+    for i, (config, runner, w, repeat) in enumerate(combinations, 1):
+        args.config = config
+        if config not in prepared:
+            variables = traffic.model_variables(model.CONFIGS[config])
+            prepared[config] = (variables, one_device(args), {})
+            print(f"bench: {config}: one device (run.py) trains {prepared[config][1]['median']:,.0f} words/sec, "
+                  f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median)", flush=True)
+        variables, base, rows = prepared[config]
+        if w not in rows:
+            rows[w] = traffic.touched_rows(model.CONFIGS[config], args, variables, w,
+                                           range(args.warmup_steps, args.steps))
+        record = one_run(args, runner, w, repeat, variables, rows[w], base)
+        record["environment"] = environment.describe(args, model.CONFIGS[config], w)
+        records.append(record)
+        with open(output, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        progress(i, len(combinations), record, started)
+    print(table(records))
+    print(f"\nbench: {len(records)} runs in {(time.monotonic() - started) / 60:.1f} min -> {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    harness.main(main)

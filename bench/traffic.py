@@ -1,0 +1,210 @@
+"""The traffic model: the bytes each machine sends and receives per training step, for each architecture, from
+the variables' shapes, the kinds of their gradients and the rows each step touches. docs/bench.md derives the
+formulas; here they are written as flows, (from task, to task, bytes, phase), and a flow counts on a machine's
+link only when its two tasks are on different machines. Flows of one phase run at the same time; the phases of
+a step one after the other (a parameter-server worker pushes its gradients only after it has pulled the
+variables and computed), so a step's network time is the sum over phases of the busiest link direction's
+bytes in that phase divided by the rate.
+
+    variables = model_variables(config)                           # shapes and gradient kinds
+    rows = touched_rows(config, args, variables, num_workers)     # what the sparse gradients touch
+    flows("hybrid", variables, rows.steps[0], num_workers, num_ps)  # [(from, to, bytes, phase)]
+    predict("hybrid", variables, rows, num_workers, num_ps, machine_of, bytes_per_second)
+                                              # ([(sent, received)] per machine, network seconds) per step
+"""
+import dataclasses
+
+import harness  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+import numpy as np
+import tensorflow as tf
+
+import model
+from harness import data
+from harness.training import StepFeed
+
+FLOAT_BYTES = 4  # float32 values
+INDEX_BYTES = 4  # int32 row indices (the word ids)
+
+ARCHITECTURES = ("ps", "allreduce", "allreduce-dense", "hybrid", "hybrid-local")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    name: str
+    shape: tuple
+    kind: str  # "sparse" (tf.IndexedSlices gradient) or "dense"
+
+    @property
+    def bytes(self):
+        return int(np.prod(self.shape)) * FLOAT_BYTES
+
+    @property
+    def row_bytes(self):
+        return int(np.prod(self.shape[1:])) * FLOAT_BYTES
+
+
+def model_variables(config):
+    """The model's variables with the kind of each gradient (model.sparse_variables: those the runners find
+    sparse from the type of the gradient TensorFlow builds, as Parallax finds them)."""
+    sparse = model.sparse_variables(config)
+    return [Variable(name, tuple(shape), "sparse" if name in sparse else "dense")
+            for name, shape in model.variable_shapes(config).items()]
+
+
+@dataclasses.dataclass
+class Rows:
+    """Per step, on average over the sampled steps: for worker w and sparse variable v, `gathered[w][v]` row
+    indices read (one per looked-up position: what a worker pulls from a parameter server) and `unique[w][v]`
+    distinct rows (what its deduplicated gradient holds), each as an array of indices of one sampled step.
+    `steps` lists the sampled steps' index arrays: steps[i][w][v] = (gathered indices, distinct indices)."""
+    steps: list
+
+
+def touched_rows(config, args, variables, num_workers, sample_steps):
+    """The rows each worker's sparse gradients touch at the steps `sample_steps`, found by building a worker's
+    gradients and evaluating their indices on the run's data (args: seed, data_path)."""
+    sparse = [v.name for v in variables if v.kind == "sparse"]
+    if not sparse:
+        return Rows([])
+    tf.compat.v1.disable_eager_execution()
+    batches = data.load(args, config)
+    with tf.Graph().as_default():
+        feed = StepFeed(config, batches, data.shard(config.batch_size, 0, num_workers))
+        lm = model.LSTMLanguageModel(config, args.seed)
+        # Dropout changes no index; a sampled softmax's candidates (from seed and step) do.
+        loss = lm.loss(feed.inputs, feed.targets, feed.initial_state,
+                       candidates=lm.sampled_candidates(args.seed, feed.step))[0]
+        raw = dict(zip(lm.variables, tf.gradients(loss, [lm.variables[name] for name in lm.variables])))
+        indices = {name: raw[name].indices for name in sparse}
+        found = []
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for step in sample_steps:
+                per_worker = []
+                for rank in range(num_workers):
+                    feed.rows = data.shard(config.batch_size, rank, num_workers)
+                    got = session.run(indices, feed(step, None))
+                    per_worker.append({name: (got[name], np.unique(got[name])) for name in sparse})
+                found.append(per_worker)
+    return Rows(found)
+
+
+def parts(variable, partitions):
+    """Row ranges [start, stop) of a sparse variable's parts (tf.fixed_size_partitioner: the first rows % n
+    parts one row longer); a dense variable is one part."""
+    n = partitions if variable.kind == "sparse" else 1
+    rows = variable.shape[0]
+    sizes = [rows // n + (1 if i < rows % n else 0) for i in range(n)]
+    starts = np.cumsum([0] + sizes)
+    return list(zip(starts[:-1], starts[1:]))
+
+
+def greedy_placement(sizes, num_ps):
+    """The parameter server of each part, as ps.GreedyBySize places them: each to the least loaded so far."""
+    loads, placed = [0] * num_ps, []
+    for size in sizes:
+        task = loads.index(min(loads))
+        loads[task] += size
+        placed.append(task)
+    return placed
+
+
+def _count(indices, start, stop):
+    return int(np.count_nonzero((indices >= start) & (indices < stop)))
+
+
+PULL, EXCHANGE = "pull", "exchange"  # the phases: reading variables; then sending gradients (and collectives)
+
+
+def _ring(num_workers, chunk_bytes):
+    """Flows of a ring allreduce (reduce-scatter, then allgather) of `chunk_bytes` on every rank: each rank
+    sends 2(N-1)/N of the tensor to the next rank."""
+    if num_workers == 1 or not chunk_bytes:
+        return []
+    return [(f"worker{r}", f"worker{(r + 1) % num_workers}", 2 * (num_workers - 1) / num_workers * chunk_bytes,
+             EXCHANGE) for r in range(num_workers)]
+
+
+def _ring_allgather(chunks):
+    """Flows of a ring allgather of one chunk per rank: rank r passes on every chunk but its successor's."""
+    n = len(chunks)
+    if n == 1:
+        return []
+    return [(f"worker{r}", f"worker{(r + 1) % n}", sum(chunks) - chunks[(r + 1) % n], EXCHANGE) for r in range(n)]
+
+
+def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None):
+    """[(from task, to task, bytes, phase)] of one step (`step_rows`: one element of Rows.steps), for:
+
+    ps               run_tf.py: every variable on the parameter servers; each worker pulls the dense variables
+                     whole and the rows it looks up, and pushes its dense gradients whole and its distinct
+                     sparse rows with their indices (sync and async move the same bytes per worker step)
+    allreduce        run_horovod.py: ring allreduce of the dense gradients, ring allgather of the sparse rows
+    allreduce-dense  run_horovod.py --sparse_as_dense: ring allreduce of every gradient, sparse ones densified
+    hybrid           run_parallax.py: sparse variables on the parameter servers as in ps, dense ones allreduced
+    hybrid-local     run_parallax.py --local_aggregation: as hybrid, but each machine's first worker pushes the
+                     union of its machine's rows (`machine_groups`: the workers of each machine)"""
+    found = []
+    sparse = [v for v in variables if v.kind == "sparse"]
+    dense = [v for v in variables if v.kind == "dense"]
+    if architecture in ("allreduce", "allreduce-dense"):
+        densified = dense + (sparse if architecture == "allreduce-dense" else [])
+        found += _ring(num_workers, sum(v.bytes for v in densified))
+        if architecture == "allreduce":
+            for v in sparse:
+                found += _ring_allgather([len(step_rows[w][v.name][1]) * (v.row_bytes + INDEX_BYTES)
+                                          for w in range(num_workers)])
+        return found
+    on_ps = variables if architecture == "ps" else sparse
+    if architecture in ("hybrid", "hybrid-local"):
+        found += _ring(num_workers, sum(v.bytes for v in dense))
+    placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions)]
+    servers = greedy_placement([(stop - start) * v.row_bytes for v, (start, stop) in placed_parts], num_ps)
+    groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
+    for (v, (start, stop)), p in zip(placed_parts, servers):
+        ps = f"ps{p}"
+        for w in range(num_workers):
+            if v.kind == "dense":
+                found += [(ps, f"worker{w}", v.bytes, PULL), (f"worker{w}", ps, v.bytes, EXCHANGE)]
+            else:
+                gathered = _count(step_rows[w][v.name][0], start, stop)
+                found += [(f"worker{w}", ps, gathered * INDEX_BYTES, PULL),
+                          (ps, f"worker{w}", gathered * v.row_bytes, PULL)]
+        for group in (groups if v.kind == "sparse" else []):
+            distinct = np.unique(np.concatenate([step_rows[w][v.name][1] for w in group]))
+            found.append((f"worker{group[0]}", ps, _count(distinct, start, stop) * (v.row_bytes + INDEX_BYTES),
+                          EXCHANGE))
+    return found
+
+
+def link_bytes(step_flows, machine_of, phase=None):
+    """[(bytes sent, bytes received)] of each machine's link for `step_flows` (those of `phase` only, if
+    given); `machine_of[task]` is the machine index of each task. Flows between tasks of one machine stay on
+    it (loopback)."""
+    machines = max(machine_of.values()) + 1
+    sent, received = [0.0] * machines, [0.0] * machines
+    for source, destination, size, flow_phase in step_flows:
+        if machine_of[source] != machine_of[destination] and phase in (None, flow_phase):
+            sent[machine_of[source]] += size
+            received[machine_of[destination]] += size
+    return list(zip(sent, received))
+
+
+def network_seconds(step_flows, machine_of, bytes_per_second):
+    """The step's time on the network: per phase, the busiest link direction's bytes / rate, summed."""
+    return sum(max(max(pair) for pair in link_bytes(step_flows, machine_of, phase)) / bytes_per_second
+               for phase in (PULL, EXCHANGE))
+
+
+def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1):
+    """(each machine's (sent, received) bytes per step, the step's network seconds), averaged over the sampled
+    steps of `rows`; `machine_of[task]`: the machine index of every task."""
+    groups = {}
+    for w in range(num_workers):
+        groups.setdefault(machine_of[f"worker{w}"], []).append(w)
+    per_step = [flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()))
+                for step in (rows.steps or [None])]
+    per_machine = [link_bytes(f, machine_of) for f in per_step]
+    return ([tuple(float(np.mean([s[m][k] for s in per_machine])) for k in (0, 1))
+             for m in range(len(per_machine[0]))],
+            float(np.mean([network_seconds(f, machine_of, bytes_per_second) for f in per_step])))

@@ -1,0 +1,288 @@
+"""An emulated cluster on this machine: every machine is a network namespace of its own, joined to one switch by
+a link whose two directions are shaped to a given rate, as Mininet's TCLink builds a link.
+
+    python -m harness.launch tf --workers=2 --ps=2 --net=100mbit -- ...         (make run-tf NET=100mbit)
+
+    namespace lstmnet-<launcher pid>-switch:  bridge "switch" (198.19.255.254/15, the launcher's address)
+        |  veth m0 ----- eth0  namespace lstmnet-<pid>-m0  198.18.0.1/15   worker0, ps0
+        |  veth m1 ----- eth0  namespace lstmnet-<pid>-m1  198.18.0.2/15   worker1, ps1
+
+Both ends of every veth pair carry an htb qdisc at the link's rate: the machine's end shapes what it sends,
+the switch's end what it receives. Tasks on one machine share its link and reach each other over its loopback
+(free, as on a real machine); tasks on different machines only through the switch. The addresses come from
+198.18.0.0/15, the range set aside for benchmarks (RFC 2544), and exist only inside these namespaces.
+
+Everything is named after the launcher's process id, so a run cleans up what an earlier run left behind when
+its launcher was killed with -9 (it says so): the namespaces of a launcher that no longer runs are removed,
+with any process still inside them. The launcher's own exit paths remove its namespaces itself.
+"""
+import ctypes
+import dataclasses
+import ipaddress
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import harness
+from harness import lifeline
+from harness.starters.local import LocalProcess
+
+PREFIX = "lstmnet"
+INTERFACE = "eth0"  # every machine's end of its link; Horovod's ranks talk over it
+SWITCH_ADDRESS = "198.19.255.254"  # the launcher, in the switch's namespace (Horovod's rendezvous runs there)
+FIRST_MACHINE = ipaddress.ip_address("198.18.0.1")
+PREFIX_LENGTH = 15
+CLONE_NEWNET, CLONE_NEWUTS = 0x40000000, 0x04000000
+HZ = 250  # this kernel's timer frequency: a token bucket must hold at least one tick's worth of bytes
+
+
+def ip(*args, namespace=None):
+    """Runs `ip [-n namespace] args`; a failure is bad input or environment, reported in one line."""
+    command = ["ip", *(["-n", namespace] if namespace else []), *args]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        raise harness.UsageError(f"{' '.join(command)}: {result.stderr.strip() or 'failed'}")
+    return result.stdout
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """What one machine's link does: carries at most `bits_per_second` in each direction, and, where the kernel
+    has netem, delays every packet by `delay` (e.g. "5ms"). This kernel has no netem: a delay is refused, never
+    faked."""
+    bits_per_second: int
+    delay: str = None
+
+    UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
+
+    @classmethod
+    def parse(cls, rate, delay=None):
+        """From tc's notation: "100mbit", "1gbit", "500kbit"; raises ValueError naming the problem."""
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", rate.strip().lower())
+        if not match or float(match[1]) <= 0:
+            raise ValueError(f"expected a rate such as 100mbit or 1gbit, got {rate!r}")
+        return cls(int(float(match[1]) * cls.UNITS[match[2]]), delay)
+
+    @property
+    def rate(self):
+        """The rate in tc's notation, in the largest unit that divides it ("100mbit")."""
+        name, unit = next(((n, u) for n, u in reversed(self.UNITS.items()) if self.bits_per_second % u == 0),
+                          ("bit", 1))
+        return f"{self.bits_per_second // unit}{name}"
+
+    def __str__(self):
+        return self.rate + (f" delay {self.delay}" if self.delay else "")
+
+    def shape(self, device, namespace):
+        """Limits what `device` in `namespace` sends: htb, one class at the rate (ceil = rate: no borrowing), a
+        bucket of 10 ms of traffic (at least one timer tick's and 15 kB, Mininet's burst), and netem below it
+        for a delay."""
+        bucket = max(15_000, self.bits_per_second // 8 // 100, self.bits_per_second // 8 // HZ)
+        rate = self.rate
+        ip("link", "set", device, "up", namespace=namespace)
+        tc(namespace, "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1")
+        tc(namespace, "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil",
+           rate, "burst", str(bucket), "cburst", str(bucket), "quantum", "60000")
+        if self.delay:
+            result = subprocess.run(["ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", device,
+                                     "parent", "1:1", "handle", "10:", "netem", "delay", self.delay],
+                                    capture_output=True, text=True)
+            if result.returncode:
+                raise harness.UsageError(f"--delay={self.delay}: this kernel cannot add latency (tc netem: "
+                                         f"{result.stderr.strip().splitlines()[0] if result.stderr else 'failed'}); "
+                                         f"links are rate-shaped only")
+
+
+def tc(namespace, *args):
+    result = subprocess.run(["ip", "netns", "exec", namespace, "tc", *args], capture_output=True, text=True)
+    if result.returncode:
+        raise harness.UsageError(f"tc {' '.join(args)}: {result.stderr.strip() or 'failed'}")
+
+
+class EmulatedCluster:
+    """`machines` namespaces joined to a switch by links like `link`. Use as a context manager: it removes
+    what an earlier, killed launcher left, builds the cluster, and removes it again on the way out."""
+
+    def __init__(self, machines, link):
+        self.machines, self.link = machines, link
+        self.name = f"{PREFIX}-{os.getpid()}"
+        self.switch = f"{self.name}-switch"
+        self.namespaces = [f"{self.name}-m{i}" for i in range(machines)]
+        self.addresses = [str(FIRST_MACHINE + i) for i in range(machines)]
+
+    def __enter__(self):
+        if os.geteuid() != 0:
+            raise harness.UsageError("--net: an emulated cluster needs root (network namespaces, veth pairs, tc)")
+        remove_left_behind()
+        try:
+            self._build()
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+    def _build(self):
+        ip("netns", "add", self.switch)
+        ip("link", "set", "lo", "up", namespace=self.switch)
+        ip("link", "add", "switch", "type", "bridge", namespace=self.switch)
+        ip("addr", "add", f"{SWITCH_ADDRESS}/{PREFIX_LENGTH}", "dev", "switch", namespace=self.switch)
+        ip("link", "set", "switch", "up", namespace=self.switch)
+        for i, (namespace, address) in enumerate(zip(self.namespaces, self.addresses)):
+            ip("netns", "add", namespace)
+            ip("link", "set", "lo", "up", namespace=namespace)
+            # Both ends are created where they live: no interface of this run ever appears outside its namespaces.
+            ip("link", "add", f"m{i}", "type", "veth", "peer", "name", INTERFACE, "netns", namespace,
+               namespace=self.switch)
+            ip("link", "set", f"m{i}", "master", "switch", namespace=self.switch)
+            ip("addr", "add", f"{address}/{PREFIX_LENGTH}", "dev", INTERFACE, namespace=namespace)
+            self.link.shape(INTERFACE, namespace)   # what the machine sends
+            self.link.shape(f"m{i}", self.switch)   # what it receives
+
+    def remove(self):
+        _remove([*self.namespaces, self.switch])
+
+    def namespace_of(self, address):
+        return self.namespaces[self.addresses.index(address)]
+
+    def join_switch(self):
+        """Moves this thread (and the threads it starts from now on) into the switch's namespace, where the
+        machines reach it at SWITCH_ADDRESS: the launcher's Horovod rendezvous must be reachable from them."""
+        _enter(f"/run/netns/{self.switch}")
+
+    def place(self, num_workers, num_ps, separate_ps=False):
+        """(address of each worker, address of each parameter server): the workers in blocks over the machines;
+        the parameter servers round the machines (one per machine when there are as many, Parallax's setup),
+        or, with `separate_ps`, on the last `num_ps` machines, which hold no worker."""
+        worker_machines = self.machines - num_ps if separate_ps else self.machines
+        workers = [self.addresses[i * worker_machines // num_workers] for i in range(num_workers)]
+        servers = [self.addresses[worker_machines + i if separate_ps else i % self.machines] for i in range(num_ps)]
+        return workers, servers
+
+    def counters(self):
+        """[(bytes sent, bytes received)] of each machine's link, as its interface counts them (headers
+        included)."""
+        found = []
+        for namespace in self.namespaces:
+            stats = json.loads(ip("-s", "-j", "link", "show", INTERFACE, namespace=namespace))[0]["stats64"]
+            found.append((stats["tx"]["bytes"], stats["rx"]["bytes"]))
+        return found
+
+
+def _enter(path):
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {path}: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+
+
+def _remove(namespaces):
+    """Kills whatever still runs in `namespaces` and deletes them (their veth pairs go with them)."""
+    existing = set(_our_namespaces())
+    for namespace in namespaces:
+        if namespace not in existing:
+            continue
+        for pid in subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
+                                  text=True).stdout.split():
+            if int(pid) == os.getpid():  # the launcher itself, in the switch's namespace
+                continue
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)
+
+
+def _our_namespaces():
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.startswith(PREFIX + "-")]
+
+
+def remove_left_behind():
+    """Removes the namespaces of launchers that no longer run (killed with -9), and says so. (A process that
+    took over a dead launcher's id keeps its namespaces until it ends.)"""
+    owners = {}
+    for namespace in _our_namespaces():
+        owners.setdefault(namespace.split("-")[1], []).append(namespace)
+    for pid, namespaces in owners.items():
+        if not os.path.exists(f"/proc/{pid}"):
+            _remove(namespaces)
+            print(f"launch: removed {len(namespaces)} network namespaces left by launcher {pid}, which no longer "
+                  f"runs: {', '.join(namespaces)}", file=sys.stderr, flush=True)
+
+
+class NetnsProcess(LocalProcess):
+    """A task as a local child process inside the namespace of its machine (the machine whose address is its
+    host), with the machine's own host name: its address. Software that finds its address from the host name
+    (Gloo does, for Horovod's process sets) then finds the machine's, not this machine's loopback."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.next_port = {}
+
+    def start(self, task, stdin=subprocess.DEVNULL):
+        namespace = f"/run/netns/{self.cluster.namespace_of(task.host)}"
+        hostname = task.host.encode()
+
+        def in_machine():
+            _enter(namespace)
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(CLONE_NEWUTS) != 0 or libc.sethostname(hostname, len(hostname)) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUTS) or sethostname")
+            lifeline.die_with_parent()
+        return subprocess.Popen(task.argv, env={**os.environ, **task.env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=stdin, start_new_session=True, text=True,
+                                errors="replace", preexec_fn=in_machine)
+
+    def free_ports(self, host, count):
+        """A machine's namespace is new and holds only this run's tasks: ports are handed out in order."""
+        first = self.next_port.get(host, 20000)
+        self.next_port[host] = first + count
+        return list(range(first, first + count))
+
+
+class ByteCounter:
+    """Each machine's bytes over the measured steps: the counters are read when the chief (worker0) reports the
+    first progress line at or after the warm-up, and when it reports the last step. Both reads happen at the
+    same point of a step (as the chief prints it), so the difference covers whole steps."""
+
+    STEP_LINE = re.compile(r"^\[run_\w+\] step (\d+)/(\d+) ")
+
+    def __init__(self, cluster, warmup_steps, steps):
+        self.cluster, self.warmup_steps, self.steps = cluster, warmup_steps, steps
+        self.samples = {}  # step: counters
+
+    def watch(self, task, line):
+        match = self.STEP_LINE.match(line) if task == "worker0" else None
+        if not match:
+            return
+        step = int(match[1])
+        if (step >= max(self.warmup_steps, 1) and not self.samples) or step == self.steps:
+            self.samples[step] = (time.monotonic(), self.cluster.counters())
+
+    def result(self, tasks):
+        """The measured bytes per step of each machine, or None if the window was never seen."""
+        if len(self.samples) < 2:
+            return None
+        (first, (t0, before)), (last, (t1, after)) = sorted(self.samples.items())
+        steps = last - first
+        return {
+            "link": str(self.cluster.link), "bits_per_second": self.cluster.link.bits_per_second,
+            "delay": self.cluster.link.delay, "from_step": first, "to_step": last, "steps": steps,
+            "seconds": t1 - t0,
+            "machines": [{"namespace": namespace, "address": address,
+                          "tasks": [t.name for t in tasks if t.host == address],
+                          "sent_bytes_per_step": (a[0] - b[0]) / steps,
+                          "received_bytes_per_step": (a[1] - b[1]) / steps}
+                         for namespace, address, b, a in zip(self.cluster.namespaces, self.cluster.addresses,
+                                                             before, after)],
+        }

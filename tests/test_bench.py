@@ -1,0 +1,153 @@
+"""The traffic model (bench/traffic.py), make bench's sweep (bench/run.py) and the extrapolation
+(bench/predict.py)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, read_jsonl, run_script
+from bench import traffic
+import model
+
+DENSE = traffic.Variable("kernel", (10, 10), "dense")         # 400 bytes
+TABLE = traffic.Variable("table", (100, 5), "sparse")         # rows of 20 bytes
+
+
+def one_step(*per_worker):
+    """Rows of one step: per worker, the gathered indices of TABLE (their distinct ones follow)."""
+    return [{"table": (np.array(g), np.unique(g))} for g in per_worker]
+
+
+def machines(*groups):
+    return {task: m for m, tasks in enumerate(groups) for task in tasks}
+
+
+@pytest.mark.parametrize("config, sparse", [("tiny", {"embedding"}),
+                                            ("lm1b-tiny", {"embedding", "softmax_w", "softmax_b"})])
+def test_the_model_s_variables_keep_their_shapes_and_kinds(config, sparse):
+    variables = traffic.model_variables(model.CONFIGS[config])
+    assert [(v.name, v.shape) for v in variables] == list(model.variable_shapes(model.CONFIGS[config]).items())
+    assert {v.name for v in variables if v.kind == "sparse"} == sparse
+
+
+def test_ring_allreduce_moves_2_n_minus_1_over_n_of_the_dense_bytes():
+    for n in (2, 4):
+        flows = traffic.flows("allreduce-dense", [DENSE], one_step(*[[0]] * n), n, 1)
+        per_machine = traffic.link_bytes(flows, machines(*[[f"worker{w}"] for w in range(n)]))
+        assert per_machine == [(2 * (n - 1) / n * 400, 2 * (n - 1) / n * 400)] * n
+
+
+def test_allgather_passes_on_every_rank_s_rows_but_the_next_one_s():
+    step = one_step([1, 2, 2], [3], [4, 5, 6])  # distinct rows: 2, 1, 3
+    flows = traffic.flows("allreduce", [TABLE], step, 3, 1)
+    assert sorted(f[:3] for f in flows) == sorted([("worker0", "worker1", (2 + 3) * 24),
+                                                   ("worker1", "worker2", (2 + 1) * 24),
+                                                   ("worker2", "worker0", (1 + 3) * 24)])
+
+
+def test_a_parameter_server_worker_pulls_what_it_gathers_and_pushes_its_distinct_rows():
+    step = one_step([7, 7, 8], [9])
+    flows = traffic.flows("ps", [DENSE, TABLE], step, 2, 1)
+    sent = {}
+    for source, destination, size, _ in flows:
+        sent[source, destination] = sent.get((source, destination), 0) + size
+    assert sent[("ps0", "worker0")] == 400 + 3 * 20             # the dense variable, and every gathered row
+    assert sent[("worker0", "ps0")] == 400 + 3 * 4 + 2 * 24     # its gradient; the ids; two distinct rows
+    assert sent[("worker1", "ps0")] == 400 + 1 * 4 + 1 * 24
+
+
+def test_the_hybrid_allreduces_dense_and_local_aggregation_pushes_a_machine_s_union_once():
+    step = one_step([1, 2], [2, 3], [1, 9], [9])
+    plain = traffic.flows("hybrid", [DENSE, TABLE], step, 4, 2)
+    local = traffic.flows("hybrid-local", [DENSE, TABLE], step, 4, 2, machine_groups=[[0, 1], [2, 3]])
+
+    def pushes(flows):  # (sender, bytes) of the gradients the parameter servers receive
+        return sorted((f[0], f[2]) for f in flows if f[1].startswith("ps") and f[3] == traffic.EXCHANGE)
+    assert pushes(plain) == [("worker0", 2 * 24), ("worker1", 2 * 24), ("worker2", 2 * 24), ("worker3", 1 * 24)]
+    assert pushes(local) == [("worker0", 3 * 24), ("worker2", 2 * 24)]  # {1, 2, 3} and {1, 9}, once a machine
+    ring = [f for f in plain if f[0].startswith("worker") and f[1].startswith("worker")]
+    assert len(ring) == 4 and all(f[2] == 2 * 3 / 4 * DENSE.bytes for f in ring)  # dense: allreduced only
+
+
+def test_phases_add_up_the_busiest_direction_of_each():
+    step = one_step([1], [2])
+    flows = traffic.flows("ps", [DENSE], step, 2, 1)
+    placement = machines(["worker0", "ps0"], ["worker1"])
+    assert traffic.link_bytes(flows, placement) == [(400.0, 400.0), (400.0, 400.0)]
+    assert traffic.network_seconds(flows, placement, 100.0) == 4.0 + 4.0  # pull, then push: one after the other
+
+
+def test_greedy_placement_is_the_runners_placement():
+    variables = traffic.model_variables(model.CONFIGS["small"])
+    # run_tf.py's placement of the small config on 2 servers (printed by the runner, tested in test_tf.py)
+    assert traffic.greedy_placement([v.bytes for v in variables], 2) == [0, 1, 1, 1, 1, 1, 0]
+
+
+def test_tasks_of_one_machine_cost_no_link_bytes():
+    step = one_step([1, 2], [3])
+    flows = traffic.flows("ps", [DENSE, TABLE], step, 2, 1)
+    assert traffic.link_bytes(flows, machines(["worker0", "worker1", "ps0"])) == [(0.0, 0.0)]
+
+
+def test_touched_rows_are_the_run_s_word_ids():
+    config = model.CONFIGS["tiny"]
+    variables = traffic.model_variables(config)
+    args = argparse.Namespace(seed=1, data_path="")
+    rows = traffic.touched_rows(config, args, variables, 2, [3])
+    from harness import data
+    inputs, _ = data.load(args, config)(3)
+    for rank in range(2):
+        gathered, distinct = rows.steps[0][rank]["embedding"]
+        ids = inputs[data.shard(config.batch_size, rank, 2)]
+        assert sorted(gathered.tolist()) == sorted(ids.ravel().tolist())
+        assert distinct.tolist() == sorted(set(ids.ravel().tolist()))
+
+
+def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
+    config = model.CONFIGS["lm1b-tiny"]
+    args = argparse.Namespace(seed=1, data_path="")
+    rows = traffic.touched_rows(config, args, traffic.model_variables(config), 1, [2])
+    from harness import data
+    _, targets = data.load(args, config)(2)
+    gathered, distinct = rows.steps[0][0]["softmax_w"]
+    assert set(targets.ravel().tolist()) <= set(distinct.tolist())
+    assert len(gathered) == targets.size + config.num_sampled  # one read per target and per candidate
+
+
+@pytest.mark.parametrize("flags, named", [(["--configs=nope"], "--configs"), (["--runners=mpi"], "--runners"),
+                                          (["--configs=small", "--workers=3"], "--workers"),
+                                          (["--net=fast"], "--net")])
+def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
+    assert_usage_error(run_script("bench/run.py", *flags, cwd=tmp_path), named)
+
+
+def test_predict_holds_the_model_against_parallax_s_figure(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "bench.predict", "--parallax"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = {line[:36].strip(): line[36:].split() for line in result.stdout.splitlines()[2:]}
+    assert set(lines) >= {"TF-PS", "Horovod", "Parallax hybrid"}
+    assert lines["Parallax hybrid"][:3] == ["277,000", "277,000", "1.00"]  # the calibration point
+    assert lines["TF-PS"][1] == "100,000" and lines["Horovod"][1] == "40,000"
+
+
+def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the bench's emulated cluster needs root")
+    result = run_script("bench/run.py", "--configs=tiny", "--runners=tf-sync,horovod", "--workers=2",
+                        "--repeats=1", "--steps=12", "--warmup_steps=4", "--net=100mbit", cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = read_jsonl(tmp_path / "results/bench.jsonl")
+    assert [(r["runner"], r["workers"], r["ps"], r["machines"]) for r in records] == [("tf-sync", 2, 2, 2),
+                                                                                      ("horovod", 2, 2, 2)]
+    for record in records:
+        assert record["measured_steps_counted"] == 8 and record["throughput"]["measured_steps"] == 8
+        assert len(record["measured_bytes_per_step"]) == len(record["predicted_bytes_per_step"]) == 2
+        assert record["bound_seconds"] > record["compute_seconds"] > 0
+        assert 0.5 < record["bytes_measured_over_predicted"] < 2
+    assert "bench [2/2] tiny horovod W=2" in result.stdout
+    assert "step/bound" in result.stdout and json.dumps(records[0])
