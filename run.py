@@ -42,13 +42,13 @@ def parse_flags(argv=None):
     flags.DEFINE_integer("emulate_workers", 1, "compute each step as this many workers' shards, combined as they "
                          "combine them", lower_bound=1, flag_values=parser)
     args = flags.parse(parser, argv)
-    data.shard(model.CONFIGS[args.config].batch_size, 0, args.emulate_workers)  # the workers must divide the batch
+    data.shard(flags.model_config(args).batch_size, 0, args.emulate_workers)  # the workers must divide the batch
     return args
 
 
 def main():
     args = parse_flags()
-    config = model.CONFIGS[args.config]
+    config = flags.model_config(args)
     batches = data.load(args, config)
 
     tf.compat.v1.disable_eager_execution()

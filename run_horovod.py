@@ -35,7 +35,7 @@ def main():
     args = parse_flags()
     if hvd is None:
         raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
-    config = model.CONFIGS[args.config]
+    config = flags.model_config(args)
     hvd.init()  # Horovod: join the other workers
     rows = data.shard(config.batch_size, hvd.rank(), hvd.size())  # Horovod: this worker's rows
     batches = data.load(args, config)

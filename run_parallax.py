@@ -65,7 +65,7 @@ def main():
     args = parse_flags()
     if hvd is None:
         raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
-    config = model.CONFIGS[args.config]
+    config = flags.model_config(args)
     cluster = ps.Cluster(args)
     if args.job_name == "ps":
         return ps.serve(cluster, args)

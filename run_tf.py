@@ -41,7 +41,7 @@ def parse_flags(argv=None):
 
 def main():
     args = parse_flags()
-    config = model.CONFIGS[args.config]
+    config = flags.model_config(args)
     cluster = ps.Cluster(args)  # PS: every task is a gRPC server
     if args.job_name == "ps":
         return ps.serve(cluster, args)

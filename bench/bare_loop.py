@@ -18,7 +18,7 @@ from run import reference_step  # noqa: E402
 
 def main():
     args = flags.parse(flags.parser("bare_loop", __doc__))
-    config = model.CONFIGS[args.config]
+    config = flags.model_config(args)
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, data.load(args, config), rows=slice(None))
     _, loss, final_state, _, train_op = reference_step(config, args.seed, feed, num_workers=1)

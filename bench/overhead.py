@@ -61,7 +61,7 @@ def main():
     ratio = statistics.median(r["ratio"] for r in rounds)
     result = {"benchmark": "overhead", "ratio": ratio, "target": args.target, "met": ratio >= args.target,
               "rounds": rounds, "steps": args.steps, "warmup_steps": args.warmup_steps,
-              "environment": environment.describe(args, model.CONFIGS[args.config], 1)}
+              "environment": environment.describe(args, flags.model_config(args), 1)}
     os.makedirs(args.results_dir, exist_ok=True)
     path = os.path.join(args.results_dir, "bench-overhead.json")
     with open(path, "w") as f:

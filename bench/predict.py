@@ -2,6 +2,7 @@
 emulate, and held against Parallax's published LM1B figures.
 
     python -m bench.predict                          # this repo's config on 8, 16, 32, 48 machines
+                                                     # (also written to results/bench-predict.jsonl)
     python -m bench.predict --config=small --net=1gbit --compute_seconds=0.05
     python -m bench.predict --parallax               # Parallax's LM1B cluster against its README figure
 
@@ -33,6 +34,7 @@ PARALLAX_LM1B = {"vocab": 793_470, "embedding": 512, "lstm": 2048, "projection":
                  "link": "100gbit"}
 # Parallax's README figure at 8 machines (48 GPUs), words/sec, as read off the figure.
 PARALLAX_PUBLISHED = {"ps": 100_000, "allreduce": 40_000, "hybrid": 277_000}
+MACHINES = (8, 16, 32, 48)  # 48: Parallax's largest cluster (8 machines of 6 GPUs)
 NAMES = {"ps": "TF-PS", "allreduce": "Horovod", "allreduce-dense": "Horovod sparse-as-dense",
          "hybrid": "Parallax hybrid", "hybrid-local": "Parallax hybrid, local aggregation"}
 
@@ -91,19 +93,45 @@ def repeat_rows(rows, workers):
     return traffic.Rows([[one[w % len(one)] for w in range(workers)]])
 
 
-def this_repo(args):
-    config = model.CONFIGS[args.config]
-    compute = args.compute_seconds or measured_compute(args)
+def extrapolate(config, args, compute, machine_counts):
+    """bench-predict.jsonl's records: each architecture's predicted words/sec of `config` on each of
+    `machine_counts` machines (one worker and one parameter server a machine, `compute` seconds a step)."""
     variables = traffic.model_variables(config)
     sample = traffic.touched_rows(config, args, variables, 1, range(args.warmup_steps, args.warmup_steps + 48))
+    records = []
+    for machines in machine_counts:
+        rows = repeat_rows(sample, machines)
+        for architecture in traffic.ARCHITECTURES:
+            rate, network = predict(architecture, variables, rows, machines, 1, args.net, compute,
+                                    config.words_per_batch)
+            records.append({"runner": architecture, "config": config.name, "workers": machines,
+                            "machines": machines, "link": str(args.net), "compute_seconds": compute,
+                            "network_seconds": network, "words_per_sec": rate})
+    return records
+
+
+def write(results_dir, records):
+    """<results_dir>/bench-predict.jsonl, one line per record, written whole or not at all (make report reads
+    it)."""
+    path = os.path.join(results_dir, "bench-predict.jsonl")
+    os.makedirs(results_dir, exist_ok=True)
+    with open(path + ".part", "w") as f:
+        f.writelines(json.dumps(record) + "\n" for record in records)
+    os.replace(path + ".part", path)
+    return path
+
+
+def this_repo(args):
+    config = flags.model_config(args)
+    compute = args.compute_seconds or measured_compute(args)
+    records = extrapolate(config, args, compute, args.machines)
     print(f"{config.name}: compute {compute:.3f} s per step of {config.batch_size} rows per worker, links of "
           f"{args.net}, one worker and one parameter server per machine, batch per worker fixed")
     print(f"{'machines':>8s} " + " ".join(f"{NAMES[a]:>24s}" for a in traffic.ARCHITECTURES))
     for machines in args.machines:
-        rows = repeat_rows(sample, machines)
-        rates = [predict(a, variables, rows, machines, 1, args.net, compute, config.words_per_batch)[0]
-                 for a in traffic.ARCHITECTURES]
+        rates = [r["words_per_sec"] for r in records if r["machines"] == machines]
         print(f"{machines:8d} " + " ".join(f"{r:24,.0f}" for r in rates))
+    print(f"-> {write(args.results_dir, records)}")
 
 
 def measured_compute(args):
@@ -150,7 +178,7 @@ def parallax(args):
 
 def main():
     parser = flags.parser("bench.predict", __doc__)
-    flags.DEFINE_list("machines", ["8", "16", "32", "48"], "cluster sizes", flag_values=parser)
+    flags.DEFINE_list("machines", list(map(str, MACHINES)), "cluster sizes", flag_values=parser)
     flags.DEFINE_parsed("net", netns.Link.parse("100mbit"), netns.Link.parse, "link rate", parser)
     flags.DEFINE_float("compute_seconds", 0.0, "one worker's compute time per step (default: measured by make "
                        "bench, or calibrated with --parallax)", flag_values=parser)

@@ -5,9 +5,11 @@ against the traffic model (bench/traffic.py, docs/bench.md).
     python bench/run.py --quick                                               (make bench BENCH=quick)
 
 Sweeps runners x workers x configs x repeats. Every run goes through the launcher with --net: one machine per
-worker, one parameter server per machine (Parallax's setup), each machine's link shaped to the rate. The
-global batch is the config's (strong scaling, as verify needs): W workers share it. Before the sweep, run.py
-trains each config on one device: its median step time is the compute time of the bound.
+worker, one parameter server per machine (Parallax's setup), each machine's link shaped to the rate. Scaling
+is weak by default, as the field measures it (tf_cnn_benchmarks, Horovod's synthetic benchmark): every worker
+keeps the config's batch, so W workers train a global batch W times the config's (--batch_size). With
+--scaling=strong the W workers share the config's batch, as verify's runs do. Before the sweep, run.py trains
+each config on one device: its median step time is the compute time of the bound.
 
 Each run adds one JSON line to <results_dir>/bench.jsonl (docs/outputs.md) and prints a progress line; the
 end prints a table per config. A run whose bound says it would take longer than --max_run_seconds is skipped
@@ -27,7 +29,7 @@ import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
 from harness import environment, flags  # noqa: E402
 from harness.starters import netns  # noqa: E402
 
-from bench import traffic  # noqa: E402
+from bench import predict, traffic  # noqa: E402
 import model  # noqa: E402
 
 # name: (launcher architecture, runner flags, traffic model)
@@ -54,12 +56,16 @@ def parse_flags(argv=None):
                          lower_bound=0, flag_values=parser)
     flags.DEFINE_string("delay", None, "added latency per link direction, where the kernel has netem",
                         flag_values=parser)
+    flags.DEFINE_enum("scaling", "weak", ["weak", "strong"], "weak: each worker keeps the config's batch (the "
+                      "global batch grows with W); strong: the W workers share it", flag_values=parser)
     flags.DEFINE_integer("repeats", 3, "runs of each combination", lower_bound=1, flag_values=parser)
     flags.DEFINE_boolean("quick", False, "one repeat, W = 2 (W = 1 is run.py's one device), 16 steps of which 6 "
                          "warm-up: minutes", flag_values=parser)
     flags.DEFINE_integer("max_run_seconds", 900, "skip a run whose predicted bound exceeds this", lower_bound=1,
                          flag_values=parser)
     args = flags.parse(parser, argv)
+    if args.batch_size:
+        raise harness.UsageError("--batch_size: the bench sets each run's (--scaling)")
     if args.delay:
         args.net = dataclasses.replace(args.net, delay=args.delay)
     if args.quick:
@@ -76,7 +82,7 @@ def parse_flags(argv=None):
         raise harness.UsageError(f"--workers: expected numbers, got {','.join(args.workers)}")
     for name in args.configs:
         for w in args.workers:
-            if w < 1 or model.CONFIGS[name].batch_size % w:
+            if w < 1 or (args.scaling == "strong" and model.CONFIGS[name].batch_size % w):
                 raise harness.UsageError(f"--workers: {w} workers do not divide {name}'s batch of "
                                          f"{model.CONFIGS[name].batch_size} rows")
     return args
@@ -99,8 +105,16 @@ def run_quietly(command, what):
     return result
 
 
+def run_config(args, num_workers):
+    """The config of a run of `num_workers` workers: weak scaling gives each worker the config's batch."""
+    config = model.CONFIGS[args.config]
+    if args.scaling == "weak":
+        return dataclasses.replace(config, batch_size=config.batch_size * num_workers)
+    return config
+
+
 def one_device(args):
-    """run.py's throughput on one device: its median step time is the compute of one step of the whole global
+    """run.py's throughput on one device: its median step time is the compute of one step of the config's
     batch, and its words/sec the base of every speed-up."""
     name = f"bench-{args.config}-one-device"
     run_quietly([sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name), "--emulate_workers=1"],
@@ -118,6 +132,7 @@ def machine_of_tasks(addresses, workers, servers):
 def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput):
     """Runs one combination; returns its bench.jsonl record (or a skip record)."""
     architecture, runner_flags, kind = RUNNERS[runner]
+    batch_size = run_config(args, num_workers).batch_size
     machines = num_workers
     num_ps = args.ps or machines
     cluster = netns.EmulatedCluster(machines, args.net)  # for the placement only: nothing is built here
@@ -125,11 +140,12 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     byte_rate = args.net.bits_per_second / 8
     predicted, network_term = traffic.predict(kind, variables, rows, num_workers, num_ps,
                                               machine_of_tasks(cluster.addresses, workers, servers), byte_rate)
-    # W tasks on CORES cores: each worker computes 1/W of the batch, but no faster than the cores allow.
-    compute, compute_share = one_device_throughput["median_step_seconds"], max(1 / num_workers, 1 / CORES)
+    # W tasks on CORES cores: each worker computes 1/W of the global batch, but no faster than the cores allow.
+    compute = one_device_throughput["median_step_seconds"]
+    compute_share = batch_size / model.CONFIGS[args.config].batch_size * max(1 / num_workers, 1 / CORES)
     compute_term = compute * compute_share
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
-              "workers": num_workers, "ps": num_ps, "machines": machines, "link": str(args.net),
+              "scaling": args.scaling, "batch_size": batch_size, "workers": num_workers, "ps": num_ps, "machines": machines, "link": str(args.net),
               "bits_per_second": args.net.bits_per_second, "repeat": repeat,
               "one_device_words_per_sec": one_device_throughput["median"],
               "compute_seconds_one_device": compute, "compute_share": compute_share,
@@ -142,7 +158,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     run_name = f"bench-{args.config}-{runner}-w{num_workers}-r{repeat}"
     run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}", f"--ps={num_ps}",
                  f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else []),
-                 "--", *common_flags(args, run_name), *runner_flags], f"{runner} at W={num_workers}")
+                 "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags], f"{runner} at W={num_workers}")
     with open(os.path.join(args.runs_dir, run_name + ".json")) as f:
         summary = json.load(f)
     with open(os.path.join(args.runs_dir, run_name + ".network.json")) as f:
@@ -179,7 +195,8 @@ def table(records):
     done = [r for r in records if "skipped" not in r]
     for config in dict.fromkeys(r["config"] for r in records):
         base = next(r["one_device_words_per_sec"] for r in records if r["config"] == config)
-        lines += [f"\n{config}, links of {records[0]['link']}, strong scaling (global batch fixed); one device "
+        scaling = {"weak": "weak scaling (batch per worker fixed)", "strong": "strong scaling (global batch fixed)"}
+        lines += [f"\n{config}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one device "
                   f"(run.py): {base:,.0f} words/sec",
                   f"{'runner':16s} {'W':>2s} {'words/sec':>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
                   f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s}"]
@@ -204,6 +221,16 @@ def table(records):
     return "\n".join(lines)
 
 
+def extrapolate(args, prepared):
+    """bench.predict's extrapolation to 8-48 machines, of the sweep's most sparse-heavy config (Parallax's case),
+    with the compute time measured here: results/bench-predict.jsonl, for make report."""
+    args.config = max(prepared, key=lambda name: len(model.sparse_variables(model.CONFIGS[name])))
+    compute = prepared[args.config][1]["median_step_seconds"]
+    records = predict.extrapolate(model.CONFIGS[args.config], args, compute, predict.MACHINES)
+    print(f"bench: extrapolated {args.config} to {', '.join(map(str, predict.MACHINES))} machines "
+          f"-> {predict.write(args.results_dir, records)} (python -m bench.predict --config={args.config})")
+
+
 def main():
     args = parse_flags()
     args.runs_dir = os.path.join(args.results_dir, "bench")
@@ -225,16 +252,17 @@ def main():
                   f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median)", flush=True)
         variables, base, rows = prepared[config]
         if w not in rows:
-            rows[w] = traffic.touched_rows(model.CONFIGS[config], args, variables, w,
+            rows[w] = traffic.touched_rows(run_config(args, w), args, variables, w,
                                            range(args.warmup_steps, args.steps))
         record = one_run(args, runner, w, repeat, variables, rows[w], base)
-        record["environment"] = environment.describe(args, model.CONFIGS[config], w)
+        record["environment"] = environment.describe(args, run_config(args, w), w)
         records.append(record)
         with open(output, "a") as f:
             f.write(json.dumps(record) + "\n")
         progress(i, len(combinations), record, started)
     print(table(records))
     print(f"\nbench: {len(records)} runs in {(time.monotonic() - started) / 60:.1f} min -> {output}")
+    extrapolate(args, prepared)
     return 0
 
 

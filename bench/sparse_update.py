@@ -116,7 +116,7 @@ def main():
     flags.DEFINE_enum("update", None, ["scatter", "dense"], "(internal) time this update in this process",
                       flag_values=parser)
     args = flags.parse(parser)
-    config = model.CONFIGS[args.config]
+    config = flags.model_config(args)
     data.shard(config.batch_size, 0, args.workers)
     if args.update:
         return time_steps(args, config)

@@ -12,6 +12,7 @@ absl gives every script `--flagfile=experiment.flags` (one flag per line) and `-
 `--help` (`-h`, `--helpshort`, `--helpfull`): the script's description and every flag with its default.
 """
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -46,6 +47,9 @@ def parser(runner, description):
     DEFINE_enum("config", "small", sorted(model.CONFIGS),
                 "model configuration (model.CONFIGS): tiny for tests, small and medium as in the paper, lm1b "
                 "Parallax's sparse-heavy LM1B (lm1b-tiny for tests)", flag_values=p)
+    DEFINE_integer("batch_size", None, "the global batch in rows, shared by the workers (default: the config's); "
+                   "make bench's weak scaling gives W workers W times the config's batch", lower_bound=1,
+                   flag_values=p)
     DEFINE_integer("steps", 300, "training steps", lower_bound=1, flag_values=p)
     DEFINE_integer("warmup_steps", 50, "first steps left out of the throughput figures", lower_bound=0,
                    flag_values=p)
@@ -62,6 +66,12 @@ def parser(runner, description):
                    "equal across the runs you compare", lower_bound=1, flag_values=p)
     DEFINE_integer("inter_op_threads", 1, "ops run concurrently", lower_bound=1, flag_values=p)
     return p
+
+
+def model_config(args):
+    """The model configuration the flags name: --config's, with --batch_size's batch when given."""
+    config = model.CONFIGS[args.config]
+    return dataclasses.replace(config, batch_size=args.batch_size) if args.batch_size else config
 
 
 def parse(flag_values, argv=None, positional=0):

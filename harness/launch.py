@@ -282,7 +282,7 @@ def parse_flags(argv):
     runner = importlib.import_module(SCRIPTS[args.architecture][:-3])
     args.runner_args = runner.parse_flags(args.runner_flags + (cluster_flags if args.architecture != "horovod"
                                                                else []))
-    data.shard(model.CONFIGS[args.runner_args.config].batch_size, 0, args.workers)
+    data.shard(flags.model_config(args.runner_args).batch_size, 0, args.workers)
     return args
 
 
@@ -339,7 +339,7 @@ def run_job(args, cluster=None):
             with open(os.path.join(runner_args.results_dir, name + ".json")) as f:
                 return json.load(f)["throughput"]["median_step_seconds"]
         best = partition_search.search(trial, runner_args.results_dir,
-                                       min(64, model.CONFIGS[runner_args.config].vocab_size))
+                                       min(64, flags.model_config(runner_args).vocab_size))
         runner_flags = runner_flags + [f"--partitions={best}"]
     status, tasks = run(runner_flags, counter and counter.watch)
     if counter and status == 0:

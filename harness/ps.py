@@ -33,7 +33,7 @@ def check_cluster_flags(args):
     tasks = args.ps_hosts if args.job_name == "ps" else args.worker_hosts
     if args.task_index >= len(tasks):
         raise harness.UsageError(f"--task_index={args.task_index}: there are only {len(tasks)} {args.job_name} tasks")
-    data.shard(model.CONFIGS[args.config].batch_size, 0, len(args.worker_hosts))
+    data.shard(flags.model_config(args).batch_size, 0, len(args.worker_hosts))
     for flag, addresses in (("--ps_hosts", args.ps_hosts), ("--worker_hosts", args.worker_hosts)):
         for host in {address.rsplit(":", 1)[0] for address in addresses}:
             try:

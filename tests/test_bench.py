@@ -145,9 +145,16 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path):
     assert [(r["runner"], r["workers"], r["ps"], r["machines"]) for r in records] == [("tf-sync", 2, 2, 2),
                                                                                       ("horovod", 2, 2, 2)]
     for record in records:
+        assert record["scaling"] == "weak" and record["batch_size"] == 2 * model.CONFIGS["tiny"].batch_size
+        summary = json.loads((tmp_path / "results/bench" / (record["run_name"] + ".json")).read_text())
+        assert summary["config"]["batch_size"] == record["batch_size"]  # the runners trained that batch
         assert record["measured_steps_counted"] == 8 and record["throughput"]["measured_steps"] == 8
         assert len(record["measured_bytes_per_step"]) == len(record["predicted_bytes_per_step"]) == 2
         assert record["bound_seconds"] > record["compute_seconds"] > 0
         assert 0.5 < record["bytes_measured_over_predicted"] < 2
     assert "bench [2/2] tiny horovod W=2" in result.stdout
-    assert "step/bound" in result.stdout and json.dumps(records[0])
+    assert "step/bound" in result.stdout and "weak scaling" in result.stdout
+    predictions = read_jsonl(tmp_path / "results/bench-predict.jsonl")
+    assert {(p["runner"], p["machines"]) for p in predictions} == {
+        (a, m) for a in traffic.ARCHITECTURES for m in (8, 16, 32, 48)}
+    assert all(p["config"] == "tiny" and p["words_per_sec"] > 0 for p in predictions)
