@@ -39,9 +39,6 @@ RESULTS  ?= results
 REPORT   ?= report
 
 VERIFY_STEPS := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),60)
-# make bench: 100 steps, 50 of them warm-up, unless STEPS= and WARMUP= say otherwise (at 100 Mbit/s a step of
-# the small config moves about 11 MB a machine: about a second).
-BENCH_STEPS  := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),100)
 given = $(if $(filter command line environment,$(origin $(1))),$(2))
 
 SHELL  := /bin/bash
@@ -92,7 +89,9 @@ bench: setup
 	$(if $(HOSTS),$(error HOSTS=: make bench emulates its machines on this one))
 	$(PYTHON) bench/run.py --net=$(or $(NET),100mbit) $(call given,CONFIG,--configs=$(CONFIG)) \
 	    $(call given,WORKERS,--workers=$(WORKERS)) $(call given,PS,--ps=$(PS)) $(if $(DELAY),--delay=$(DELAY)) \
-	    $(subst --steps=$(STEPS),--steps=$(BENCH_STEPS),$(RUN_FLAGS)) $(if $(filter quick,$(BENCH)),--quick) $(ARGS)
+	    $(call given,STEPS,--steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
+	    $(call given,SEED,--seed=$(SEED)) $(if $(DATA),--data_path=$(DATA)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
+	    $(if $(filter quick,$(BENCH)),--quick) $(ARGS)
 
 bench-overhead: setup
 	$(if $(HOSTS),$(error HOSTS=: bench-overhead measures run.py on this machine only))
