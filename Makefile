@@ -20,7 +20,7 @@
 #   NET       an emulated cluster: each machine a network namespace, its link shaped to this rate (100mbit,
 #             1gbit; needs root); empty: loopback. DELAY adds latency where the kernel has netem (not here)
 #   ARGS      any other flags, passed through
-#   BENCH     make bench BENCH=quick: one repeat, W = 2 against run.py's one device, 16 steps (minutes)
+#   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 CONFIG   ?= small
 STEPS    ?= 300

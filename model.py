@@ -384,7 +384,10 @@ def gradient_and_squared_norm(variable, gradient):
             else:
                 row_squares.append(_row_squares(g))
             prepared.append(g)
-    return prepared, tf.reduce_sum(tf.concat(row_squares, 0) if len(row_squares) > 1 else row_squares[0])
+    # Summed where the variable lives: a sparse variable's vector is as long as the vocabulary (3 MB for lm1b),
+    # and from a parameter server it would otherwise travel to the worker every step.
+    with tf.device(_parts(variable, gradient)[0][0].device):
+        return prepared, tf.reduce_sum(tf.concat(row_squares, 0) if len(row_squares) > 1 else row_squares[0])
 
 
 def clip_scale(config, squares):

@@ -61,6 +61,132 @@ def hybrid_placement(kinds, num_ps, worker_device):
     return place
 
 
+def variable_kinds(config, seed, batches, rows):
+    """Parallax: {variable: "sparse" or "dense"} from the types of the model's gradients, built once in a
+    scratch graph."""
+    with tf.Graph().as_default():
+        scratch = model.LSTMLanguageModel(config, seed)
+        feed = StepFeed(config, batches, rows)
+        return ps.gradient_kinds(scratch.variables, scratch.worker_gradients(
+            scratch.loss(feed.inputs, feed.targets, feed.initial_state,
+                         candidates=scratch.sampled_candidates(seed, feed.step))[0]))
+
+
+def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
+    """Parallax: the sparse gradients go to the parameter servers, exactly one per worker per step, or with
+    --local_aggregation one per machine, the sum of its workers' on its first worker. Returns (this worker's
+    send ops, the gradients the chief receives (one list per sender), the number of senders, the devices
+    this worker's session needs)."""
+    send, sender, num_senders, peers = [], rank, num_workers, ["/job:ps"]
+    if args.local_aggregation:
+        groups = ps.machines(args.worker_hosts)
+        sender, num_senders = next((m, len(groups)) for m, group in enumerate(groups) if rank in group)
+        group = groups[sender]
+        send, from_workers = ps.collect_gradients(parts, gradients, step, group.index(rank), len(group),
+                                                  rank == group[0], f"/job:worker/task:{group[0]}")
+        if rank == group[0]:
+            gradients = [model.deduplicate(model.concatenate_slices(g)) for g in zip(*from_workers)]
+        else:
+            gradients, peers = None, peers + [f"/job:worker/task:{group[0]}"]
+    received = None
+    if gradients is not None:
+        to_ps, received = ps.collect_gradients(parts, gradients, step, sender, num_senders, rank == 0)
+        send += to_ps
+    return send, received, num_senders, peers
+
+
+def chief_sparse_update(config, lm, sparse, parts, received, dense_norms, scale_queues, learning_rate, divisor):
+    """Parallax: the chief combines the sparse gradients on their parameter servers, computes the global norm
+    from both kinds (`dense_norms`: the dense variables' prepared gradients and squared norms), applies the
+    sparse update there and hands every worker the clipping factor. Returns (the publishing ops, the ops that
+    let the workers start, the sparse rows received this step)."""
+    variables = lm.variable_list
+    combined = []
+    for part, gradients in zip(parts, zip(*received)):
+        with tf.device(part.device):  # on the part's parameter server: no round trip through the chief
+            combined.append(model.concatenate_slices(gradients, divisor))
+    combined = tf.nest.pack_sequence_as([variables[i] for i in sparse], combined)
+    rows_received = tf.add_n([tf.shape(g.values)[0] for g in tf.nest.flatten(received)] + [0])
+    sparse_norms = {i: model.gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}
+    norms = {**dense_norms, **sparse_norms}
+    global_norm, scale = model.clip_scale(config, [norms[i][1] for i in range(len(variables))])
+    with tf.control_dependencies([model.apply_gradient(variables[i], sparse_norms[i][0], scale, learning_rate)
+                                  for i in sparse]):
+        publish = [q.enqueue([scale, global_norm]) for q in scale_queues]
+    start = [q.enqueue([0.0, 0.0]) for q in scale_queues]
+    return publish, start, rows_received
+
+
+class HybridStep:
+    """One step of every worker, in one session.run: dense gradients allreduced and kept on every worker,
+    sparse ones sent to the parameter servers, the chief's sparse update and clipping factor, then the dense
+    update with that factor on every replica."""
+
+    def __init__(self, args, config, lm, kinds, feed, rows, rank, num_workers):
+        chief = rank == 0
+        loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
+                                    lm.dropout_masks(args.seed, feed.step, rows),
+                                    lm.sampled_candidates(args.seed, feed.step))
+        gradients, variables = lm.worker_gradients(loss), lm.variable_list
+        self.sparse = [i for i, name in enumerate(lm.variables) if kinds[name] == "sparse"]
+        dense = [i for i, name in enumerate(lm.variables) if kinds[name] == "dense"]
+        # Parallax: dense gradients are averaged by allreduce, and kept on every worker.
+        dense_norms = {i: model.gradient_and_squared_norm(variables[i], hvd.allreduce(gradients[i], op=hvd.Average))
+                       for i in dense}
+        parts = tf.nest.flatten([variables[i] for i in self.sparse])
+        send, received, self.num_senders, self.peers = send_sparse_gradients(
+            args, parts, tf.nest.flatten([gradients[i] for i in self.sparse]), feed.step, rank, num_workers)
+        scale_queues = [ps.queue(f"scale/worker{r}", [tf.float32, tf.float32], "/job:ps/task:0")
+                        for r in range(num_workers)]
+        if chief:
+            publish, self.start, rows_received = chief_sparse_update(
+                config, lm, self.sparse, parts, received, dense_norms, scale_queues, feed.learning_rate,
+                num_workers if args.average_sparse else 1)
+        self.wait_for_start = scale_queues[rank].dequeue()
+        scale, global_norm = scale_queues[rank].dequeue()  # the chief's clipping factor of this step
+        dense_update = [model.apply_gradient(variables[i], dense_norms[i][0], scale, feed.learning_rate)
+                        for i in dense]
+        global_loss = hvd.allreduce(loss, op=hvd.Average)
+        step_op = [send, dense_update] + ([publish] if chief else [])
+        self.fetches = [global_loss, final_state, global_norm, step_op] + ([rows_received] if chief else [])
+
+
+def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
+    """Initialises (the dense replicas from rank 0, the sparse variables by the chief), runs the steps and,
+    on the chief, records them and writes the checkpoint."""
+    chief = args.task_index == 0
+    done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
+    saver = tf.compat.v1.train.Saver(lm.variables)
+    replicated = [v for name, v in lm.variables.items() if kinds[name] == "dense"]
+    if chief:
+        ps.print_placement("run_parallax", lm, kinds)
+
+    with cluster.session(tf.compat.v1.get_default_graph(), hybrid.peers) as session:
+        session.run(tf.compat.v1.variables_initializer(replicated))
+        session.run(hvd.broadcast_variables(replicated, root_rank=0))  # Parallax: rank 0's dense values
+        if chief:  # the first run waits for the parameter servers to come up
+            cluster.run(session, tf.compat.v1.variables_initializer(
+                tf.nest.flatten([lm.variable_list[i] for i in hybrid.sparse])), starting=True)
+            cluster.run(session, hybrid.start)
+            recorder = Recorder(args, config, "run_parallax", num_workers)
+        cluster.run(session, hybrid.wait_for_start, starting=True)
+        clock = time.perf_counter()
+        state = None
+        for step in range(args.steps):
+            step_loss, state, norm, _, *rows = cluster.run(session, hybrid.fetches, feed(step, state),
+                                                           starting=step == 0)
+            now = time.perf_counter()
+            if chief:
+                recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm,
+                              sparse_rows_received=rows[0])
+            clock = now
+        if chief:
+            recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
+                            average_sparse=args.average_sparse, local_aggregation=args.local_aggregation,
+                            sparse_senders=hybrid.num_senders, variable_kinds=kinds)
+            cluster.run(session, done)  # the parameter servers may exit
+
+
 def main():
     args = parse_flags()
     if hvd is None:
@@ -73,100 +199,16 @@ def main():
     rank, num_workers = args.task_index, len(args.worker_hosts)
     if (hvd.rank(), hvd.size()) != (rank, num_workers):
         raise harness.UsageError(f"Horovod rank {hvd.rank()} of {hvd.size()} is not worker {rank} of {num_workers}")
-    chief = rank == 0
     rows = data.shard(config.batch_size, rank, num_workers)
     batches = data.load(args, config)
 
     tf.compat.v1.disable_eager_execution()
-    # Parallax: the kinds of variables come from the gradients of the model, built once in a scratch graph.
-    with tf.Graph().as_default():
-        scratch = model.LSTMLanguageModel(config, args.seed)
-        feed = StepFeed(config, batches, rows)
-        kinds = ps.gradient_kinds(scratch.variables, scratch.worker_gradients(
-            scratch.loss(feed.inputs, feed.targets, feed.initial_state,
-                         candidates=scratch.sampled_candidates(args.seed, feed.step))[0]))
-
+    kinds = variable_kinds(config, args.seed, batches, rows)
     feed = StepFeed(config, batches, rows)
     with tf.compat.v1.device(hybrid_placement(kinds, len(args.ps_hosts), f"/job:worker/task:{rank}")):
         lm = model.LSTMLanguageModel(config, args.seed, partitions=args.partitions)
-        loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
-                                    lm.dropout_masks(args.seed, feed.step, rows),
-                                    lm.sampled_candidates(args.seed, feed.step))
-        gradients, variables = lm.worker_gradients(loss), lm.variable_list
-        sparse = [i for i, name in enumerate(lm.variables) if kinds[name] == "sparse"]
-        dense = [i for i, name in enumerate(lm.variables) if kinds[name] == "dense"]
-        # Parallax: dense gradients are averaged by allreduce, and kept on every worker.
-        local = {i: model.gradient_and_squared_norm(variables[i], hvd.allreduce(gradients[i], op=hvd.Average))
-                 for i in dense}
-        # Parallax: sparse gradients go to the parameter servers, exactly one per worker per step...
-        parts = tf.nest.flatten([variables[i] for i in sparse])
-        sparse_gradients = tf.nest.flatten([gradients[i] for i in sparse])
-        send, sender, num_senders, peers = [], rank, num_workers, ["/job:ps"]
-        if args.local_aggregation:  # ...or one per machine, the sum of its workers' on its first worker
-            groups = ps.machines(args.worker_hosts)
-            sender, num_senders = next((m, len(groups)) for m, group in enumerate(groups) if rank in group)
-            group = groups[sender]
-            send, from_workers = ps.collect_gradients(parts, sparse_gradients, feed.step, group.index(rank),
-                                                      len(group), rank == group[0], f"/job:worker/task:{group[0]}")
-            if rank == group[0]:
-                sparse_gradients = [model.deduplicate(model.concatenate_slices(g)) for g in zip(*from_workers)]
-            else:
-                sparse_gradients, peers = None, peers + [f"/job:worker/task:{group[0]}"]
-        if sparse_gradients is not None:
-            to_ps, received = ps.collect_gradients(parts, sparse_gradients, feed.step, sender, num_senders, chief)
-            send += to_ps
-        scale_queues = [ps.queue(f"scale/worker{r}", [tf.float32, tf.float32], "/job:ps/task:0")
-                        for r in range(num_workers)]
-        if chief:  # Parallax: the chief combines sparse gradients, computes the norm, applies sparse updates
-            divisor = num_workers if args.average_sparse else 1
-            combined = []
-            for part, gradients in zip(parts, zip(*received)):
-                with tf.device(part.device):  # on the part's parameter server: no round trip through the chief
-                    combined.append(model.concatenate_slices(gradients, divisor))
-            combined = tf.nest.pack_sequence_as([variables[i] for i in sparse], combined)
-            rows_received = tf.add_n([tf.shape(g.values)[0] for g in tf.nest.flatten(received)] + [0])
-            remote = {i: model.gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}
-            global_norm, scale = model.clip_scale(config, [{**local, **remote}[i][1] for i in range(len(variables))])
-            with tf.control_dependencies([model.apply_gradient(variables[i], remote[i][0], scale, feed.learning_rate)
-                                          for i in sparse]):
-                publish = [q.enqueue([scale, global_norm]) for q in scale_queues]
-            start = [q.enqueue([0.0, 0.0]) for q in scale_queues]
-        wait_for_start = scale_queues[rank].dequeue()
-        scale, global_norm = scale_queues[rank].dequeue()  # the chief's clipping factor of this step
-        dense_update = [model.apply_gradient(variables[i], local[i][0], scale, feed.learning_rate) for i in dense]
-        global_loss = hvd.allreduce(loss, op=hvd.Average)
-    step_op = [send, dense_update] + ([publish] if chief else [])
-    done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
-    saver = tf.compat.v1.train.Saver(lm.variables)
-    replicated = [v for name, v in lm.variables.items() if kinds[name] == "dense"]
-    if chief:
-        ps.print_placement("run_parallax", lm, kinds)
-
-    with cluster.session(tf.compat.v1.get_default_graph(), peers) as session:
-        session.run(tf.compat.v1.variables_initializer(replicated))
-        session.run(hvd.broadcast_variables(replicated, root_rank=0))  # Parallax: rank 0's dense values
-        if chief:  # the first run waits for the parameter servers to come up
-            cluster.run(session, tf.compat.v1.variables_initializer(
-                tf.nest.flatten([variables[i] for i in sparse])), starting=True)
-            cluster.run(session, start)
-            recorder = Recorder(args, config, "run_parallax", num_workers)
-        cluster.run(session, wait_for_start, starting=True)
-        fetches = [global_loss, final_state, global_norm, step_op] + ([rows_received] if chief else [])
-        clock = time.perf_counter()
-        state = None
-        for step in range(args.steps):
-            step_loss, state, norm, _, *rows = cluster.run(session, fetches, feed(step, state),
-                                                           starting=step == 0)
-            now = time.perf_counter()
-            if chief:
-                recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm,
-                              sparse_rows_received=rows[0])
-            clock = now
-        if chief:
-            recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
-                            average_sparse=args.average_sparse, local_aggregation=args.local_aggregation,
-                            sparse_senders=num_senders, variable_kinds=kinds)
-            cluster.run(session, done)  # the parameter servers may exit
+        hybrid = HybridStep(args, config, lm, kinds, feed, rows, rank, num_workers)
+    train(args, config, cluster, lm, kinds, hybrid, feed, num_workers)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,12 @@ one gradient of each worker for that step, none stale, and no worker reads varia
 
 Asynchronous (--sync=false): every worker applies its own gradient as soon as it has it, and the results
 report the staleness of each update: how many updates other workers applied between its read and its own.
+
+TensorFlow's own synchronous optimizer (--sync_replicas): what "vanilla TensorFlow" code writes,
+tf.compat.v1.train.SyncReplicasOptimizer, for make bench to measure the cost of our exactness beside it. It
+is not exact, and verify does not run it: each worker clips its own gradient (ptb_word_lm's) and the
+accumulators average W gradients in whatever order they arrive. Like SynchronousStep, it starts with no tokens,
+so every update holds one gradient of each worker for that step.
 """
 import time
 
@@ -34,7 +40,11 @@ def parse_flags(argv=None):
     parser = flags.parser("run_tf", __doc__)
     ps.add_cluster_flags(parser)
     flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
+    flags.DEFINE_boolean("sync_replicas", False, "synchronous with TensorFlow's own SyncReplicasOptimizer "
+                         "(not exact: for make bench, not verify)", flag_values=parser)
     args = flags.parse(parser, argv)
+    if args.sync_replicas and not args.sync:
+        raise harness.UsageError("--sync_replicas: it is synchronous, not with --sync=false")
     ps.check_cluster_flags(args)
     return args
 
@@ -61,8 +71,9 @@ def main():
                                     lm.dropout_masks(args.seed, feed.step, rows),
                                     lm.sampled_candidates(args.seed, feed.step))
         gradients = lm.worker_gradients(loss)
-        step_graph = (SynchronousStep if args.sync else AsynchronousStep)(
-            config, lm, feed, loss, final_state, gradients, rank, num_workers)
+        step_kind = SyncReplicasStep if args.sync_replicas else SynchronousStep if args.sync else AsynchronousStep
+        step_graph = step_kind(config, lm, feed, loss, final_state, gradients, rank, num_workers,
+                               batches.epoch_size)
     done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
     saver = tf.compat.v1.train.Saver(lm.variables)
     if chief:
@@ -92,7 +103,7 @@ class SynchronousStep:
     parameter server of each variable; the chief takes exactly one from each worker's queue, in worker order,
     averages them on that server, applies the update, and then hands every worker a token for step t + 1."""
 
-    def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers):
+    def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers, epoch_size):
         self.config, self.chief, self.final_state = config, rank == 0, final_state
         send, received = ps.collect_gradients(tf.nest.flatten(lm.variable_list), tf.nest.flatten(gradients),
                                               feed.step, rank, num_workers, self.chief)
@@ -133,7 +144,7 @@ class AsynchronousStep:
     """PS: every worker applies the update rule to its own gradient as soon as it has it. The staleness of
     an update is the number of updates other workers applied between its read of global_step and its own."""
 
-    def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers):
+    def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers, epoch_size):
         self.config, self.chief, self.num_workers = config, rank == 0, num_workers
         # Counts applied updates; on a parameter server (created in the caller's replica_device_setter scope).
         global_step = tf.compat.v1.get_variable("global_step", [], tf.int64, tf.zeros_initializer(),
@@ -171,6 +182,56 @@ class AsynchronousStep:
         return {"mode": "async", "staleness": {"chief_mean": float(np.mean(self.staleness)),
                                                "chief_max": max(self.staleness),
                                                "chief_histogram": np.bincount(self.staleness).tolist()}}
+
+
+class SyncReplicasStep:
+    """TensorFlow's SyncReplicasOptimizer: every worker adds its clipped gradient to a conditional accumulator
+    per variable on the variable's parameter server and waits for a token; the chief's queue runner takes the
+    average of W gradients from each accumulator, applies it, and hands out W tokens."""
+
+    def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers, epoch_size):
+        self.config, self.chief, self.num_workers = config, rank == 0, num_workers
+        global_step = tf.compat.v1.train.get_or_create_global_step()  # on a parameter server
+        # The chief's queue runner applies the update without a feed, so the rate is computed from the step.
+        epoch = tf.cast(global_step // epoch_size, tf.float32)
+        rate = config.learning_rate * config.lr_decay ** tf.maximum(epoch + 1 - config.max_epoch, 0.0)
+        self.optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(rate), replicas_to_aggregate=num_workers,
+            total_num_replicas=num_workers)
+        flat = tf.nest.flatten(gradients)
+        clipped, global_norm = tf.clip_by_global_norm(flat, config.max_grad_norm)  # per worker, as ptb_word_lm
+        train_op = self.optimizer.apply_gradients(zip(clipped, tf.nest.flatten(lm.variable_list)), global_step)
+        with tf.control_dependencies([train_op]):
+            applied_step = global_step.read_value()
+        self.fetches = [loss, final_state, global_norm, applied_step]
+        started = [ps.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
+        self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
+        if self.chief:
+            # No initial tokens: every worker waits for the update of its step, as in SynchronousStep (TF's
+            # default, W tokens, lets each worker run one step ahead on stale variables).
+            self.init_tokens = self.optimizer.get_init_tokens_op(num_tokens=0)
+            self.queue_runner = self.optimizer.get_chief_queue_runner()
+        self.last_applied, self.threads = 0, []
+
+    def run(self, cluster, session, step, step_feed):
+        if step == 0:
+            if self.chief:  # after the chief's initialisation: the tokens, the queue runner, then the workers
+                cluster.run(session, self.init_tokens)
+                self.coordinator = tf.train.Coordinator()
+                self.threads = self.queue_runner.create_threads(session, self.coordinator, daemon=True, start=True)
+                cluster.run(session, self.start)
+            cluster.run(session, self.wait_for_start, starting=True)
+            session.run(tf.compat.v1.local_variables_initializer())
+            session.run(self.optimizer.local_step_init_op)
+        loss, state, norm, applied = cluster.run(session, self.fetches, step_feed)
+        words = int(applied - self.last_applied) * self.config.words_per_batch  # updates since the last step
+        self.last_applied = applied
+        return loss, state, norm, words
+
+    def finish(self, cluster, session):
+        if self.chief:
+            self.coordinator.request_stop()
+        return {"mode": "sync_replicas"} if self.chief else {}
 
 
 if __name__ == "__main__":

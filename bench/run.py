@@ -18,6 +18,7 @@ with a line saying why and what it would cost.
 import dataclasses
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import model  # noqa: E402
 RUNNERS = {
     "tf-sync": ("tf", [], "ps"),
     "tf-async": ("tf", ["--sync=false"], "ps"),
+    "tf-replicas": ("tf", ["--sync_replicas"], "ps"),  # TensorFlow's SyncReplicasOptimizer: not exact
     "horovod": ("horovod", [], "allreduce"),
     "horovod-dense": ("horovod", ["--sparse_as_dense"], "allreduce-dense"),
     "parallax": ("parallax", [], "hybrid"),
@@ -61,8 +63,8 @@ def parse_flags(argv=None):
     flags.DEFINE_integer("repeats", 1, "runs of each combination (3: about three times as long)", lower_bound=1,
                          flag_values=parser)
     flags.DEFINE_boolean("quick", False, "one repeat, W = 2 (W = 1 is run.py's one device), 16 steps of which 6 "
-                         "warm-up: minutes", flag_values=parser)
-    flags.DEFINE_integer("max_run_seconds", 900, "skip a run whose predicted bound exceeds this", lower_bound=1,
+                         "warm-up, small only unless --configs says otherwise: minutes", flag_values=parser)
+    flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose predicted bound times its steps exceeds this", lower_bound=1,
                          flag_values=parser)
     # A run costs its start (15-25 s here) plus its steps (about a second each at 100 Mbit/s): 30 steps, 20
     # measured, keep the default sweep within 45 minutes on two cores.
@@ -75,6 +77,7 @@ def parse_flags(argv=None):
         args.net = dataclasses.replace(args.net, delay=args.delay)
     if args.quick:
         args.repeats, args.workers, args.steps, args.warmup_steps = 1, ["2"], 16, 6
+        args.configs = args.configs if parser["configs"].present else ["small"]
     for name in args.configs:
         if name not in model.CONFIGS:
             raise harness.UsageError(f"--configs: unknown config {name!r} (known: {', '.join(model.CONFIGS)})")
@@ -102,12 +105,19 @@ def common_flags(args, run_name):
 
 
 def run_quietly(command, what):
-    """Runs `command`; on failure, its last lines and exit 1."""
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
-    if result.returncode:
-        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-        raise SystemExit(f"bench: {what} failed (exit {result.returncode}):\n{tail}")
-    return result
+    """Runs `command`; on failure, its last lines and exit 1. When the bench is stopped (Ctrl-C, SIGTERM), the
+    run is stopped with it (the launcher then removes its machines)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": REPO})
+    try:
+        stdout, stderr = process.communicate()
+    except BaseException:
+        process.terminate()
+        process.wait()
+        raise
+    if process.returncode:
+        tail = "\n".join((stdout + stderr).strip().splitlines()[-15:])
+        raise SystemExit(f"bench: {what} failed (exit {process.returncode}):\n{tail}")
 
 
 def run_config(args, num_workers):
@@ -238,6 +248,7 @@ def extrapolate(args, prepared):
 
 def main():
     args = parse_flags()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_quietly's stop of the run
     args.runs_dir = os.path.join(args.results_dir, "bench")
     os.makedirs(args.runs_dir, exist_ok=True)
     combinations = [(config, runner, w, repeat) for config in args.configs for w in args.workers

@@ -66,7 +66,6 @@ def touched_rows(config, args, variables, num_workers, sample_steps):
     sparse = [v.name for v in variables if v.kind == "sparse"]
     if not sparse:
         return Rows([])
-    tf.compat.v1.disable_eager_execution()
     batches = data.load(args, config)
     with tf.Graph().as_default():
         feed = StepFeed(config, batches, data.shard(config.batch_size, 0, num_workers))

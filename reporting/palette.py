@@ -9,6 +9,7 @@ COLOURS = {
     "reference": "#222222",
     "tf": "#1f77b4",
     "tf-async": "#9ecae1",
+    "tf-replicas": "#08519c",
     "horovod": "#d62728",
     "horovod-dense": "#ff9896",
     "parallax": "#2ca02c",

@@ -76,8 +76,10 @@ def bench(results, figure_dir):
         path = os.path.join(figure_dir, "bench-extrapolation.svg")
         plots.extrapolation(results.predictions, path)
         published = analysis.PUBLISHED_PARALLAX
-        parts.append(blocks.figure(path, "Extrapolation to larger clusters (bench.predict, from the measured bytes "
-                                         "and compute times), with Parallax's published speedups on NLP models at "
+        configs = ", ".join(dict.fromkeys(p.config for p in results.predictions))
+        parts.append(blocks.figure(path, f"Extrapolation of {configs} to larger clusters (bench.predict: the traffic "
+                                         "model with the compute time measured here, one worker a machine, the "
+                                         "batch per worker fixed), with Parallax's published speedups on NLP models at "
                                          f"{published['gpus']} GPUs as stars (arXiv:1808.02621: "
                                          + ", ".join(f"{v}x over {k}" for k, v in published["over"].items()) + ")."))
     return parts

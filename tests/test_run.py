@@ -129,6 +129,8 @@ def test_flags_from_a_flagfile_and_help(tmp_path, assert_usage_error):
     (["--warmup_steps=-1"], "--warmup_steps"),
     (["--steps=10", "--warmup_steps=10"], "--warmup_steps=10"),
     (["--emulate_workers=3"], "3 workers"),
+    (["--batch_size=6", "--emulate_workers=4"], "4 workers"),
+    (["--batch_size=0"], "--batch_size"),
     (["--config=huge"], "--config"),
     (["--data_path=/no/such/corpus"], "--data_path"),
     (["--intra_op_threads=0"], "--intra_op_threads"),
@@ -139,6 +141,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, n
     result = run_script("run.py", "--config=tiny", *flags, cwd=tmp_path)
     assert_usage_error(result, named)
     assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "results").exists()
+
+
+def test_batch_size_sets_the_global_batch(tmp_path):
+    result = run_script("run.py", "--config=tiny", "--steps=3", "--warmup_steps=1", "--batch_size=12",
+                        "--emulate_workers=3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "results/run.json").read_text())
+    assert summary["config"]["batch_size"] == 12
+    steps = read_jsonl(tmp_path / "results/run.jsonl")
+    assert all(r["words_per_sec"] * r["seconds"] == pytest.approx(12 * summary["config"]["num_steps"]) for r in steps)
 
 
 def test_a_text_too_short_for_one_batch_is_bad_input(tmp_path, assert_usage_error):
