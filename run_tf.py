@@ -21,8 +21,8 @@ report the staleness of each update: how many updates other workers applied betw
 TensorFlow's own synchronous optimizer (--sync_replicas): what "vanilla TensorFlow" code writes,
 tf.compat.v1.train.SyncReplicasOptimizer, for make bench to measure the cost of our exactness beside it. It
 is not exact, and verify does not run it: each worker clips its own gradient (ptb_word_lm's) and the
-accumulators average W gradients in whatever order they arrive. Like SynchronousStep, it starts with no tokens,
-so every update holds one gradient of each worker for that step.
+accumulators average the first W fresh gradients in whatever order they arrive. It starts with no tokens (as
+SynchronousStep does), but a fast worker may still take a slow one's token and give one update two gradients.
 """
 import time
 
@@ -207,8 +207,8 @@ class SyncReplicasStep:
         started = [ps.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
         self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
         if self.chief:
-            # No initial tokens: every worker waits for the update of its step, as in SynchronousStep (TF's
-            # default, W tokens, lets each worker run one step ahead on stale variables).
+            # No initial tokens: every worker waits for the first update, as in SynchronousStep (TF's default,
+            # W tokens, lets each worker run a step ahead on stale variables).
             self.init_tokens = self.optimizer.get_init_tokens_op(num_tokens=0)
             self.queue_runner = self.optimizer.get_chief_queue_runner()
         self.last_applied, self.threads = 0, []
