@@ -101,12 +101,13 @@ def chief_sparse_update(config, lm, sparse, parts, received, dense_norms, scale_
     sparse update there and hands every worker the clipping factor. Returns (the publishing ops, the ops that
     let the workers start, the sparse rows received this step)."""
     variables = lm.variable_list
-    combined = []
+    combined, rows = [], []
     for part, gradients in zip(parts, zip(*received)):
         with tf.device(part.device):  # on the part's parameter server: no round trip through the chief
             combined.append(model.concatenate_slices(gradients, divisor))
+            rows += [tf.shape(g.values)[0] for g in gradients]  # elsewhere, the rows themselves would travel
     combined = tf.nest.pack_sequence_as([variables[i] for i in sparse], combined)
-    rows_received = tf.add_n([tf.shape(g.values)[0] for g in tf.nest.flatten(received)] + [0])
+    rows_received = tf.add_n(rows + [0])
     sparse_norms = {i: model.gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}
     norms = {**dense_norms, **sparse_norms}
     global_norm, scale = model.clip_scale(config, [norms[i][1] for i in range(len(variables))])
