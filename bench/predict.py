@@ -95,7 +95,9 @@ def repeat_rows(rows, workers):
 
 def extrapolate(config, args, compute, machine_counts):
     """bench-predict.jsonl's records: each architecture's predicted words/sec of `config` on each of
-    `machine_counts` machines (one worker and one parameter server a machine, `compute` seconds a step)."""
+    `machine_counts` machines (one worker and one parameter server a machine, `compute` seconds a step, every
+    sparse variable in one part per server, as Parallax partitions them: in one part, the server that holds
+    it would carry every worker's rows)."""
     variables = traffic.model_variables(config)
     sample = traffic.touched_rows(config, args, variables, 1, range(args.warmup_steps, args.warmup_steps + 48))
     records = []
@@ -103,10 +105,10 @@ def extrapolate(config, args, compute, machine_counts):
         rows = repeat_rows(sample, machines)
         for architecture in traffic.ARCHITECTURES:
             rate, network = predict(architecture, variables, rows, machines, 1, args.net, compute,
-                                    config.words_per_batch)
+                                    config.words_per_batch, partitions=machines)
             records.append({"runner": architecture, "config": config.name, "workers": machines,
-                            "machines": machines, "link": str(args.net), "compute_seconds": compute,
-                            "network_seconds": network, "words_per_sec": rate})
+                            "partitions": machines, "machines": machines, "link": str(args.net),
+                            "compute_seconds": compute, "network_seconds": network, "words_per_sec": rate})
     return records
 
 
@@ -126,7 +128,8 @@ def this_repo(args):
     compute = args.compute_seconds or measured_compute(args)
     records = extrapolate(config, args, compute, args.machines)
     print(f"{config.name}: compute {compute:.3f} s per step of {config.batch_size} rows per worker, links of "
-          f"{args.net}, one worker and one parameter server per machine, batch per worker fixed")
+          f"{args.net}, one worker and one parameter server per machine, batch per worker fixed, sparse "
+          f"variables in one part per machine")
     print(f"{'machines':>8s} " + " ".join(f"{NAMES[a]:>24s}" for a in traffic.ARCHITECTURES))
     for machines in args.machines:
         rates = [r["words_per_sec"] for r in records if r["machines"] == machines]
