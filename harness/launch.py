@@ -6,11 +6,13 @@
     python -m harness.launch tf --hosts=h1:2,h2:2 -- ...                             (make run-tf HOSTS=...)
     python -m harness.launch tf --slurm -- ...                   (inside an allocation: slurm/run_tf.sbatch)
     python -m harness.launch horovod --mpi -- ...                                     (make run-horovod MPI=1)
+    python -m harness.launch tf --docker=lstm-dist -- ...        (every task in a container: make docker-verify)
 
 A Task is what to run: a name ("worker1", "ps0"), a command line, its extra environment and its host; the
 `*_tasks` functions build them for each architecture. A starter is how to start a task, one module each
 under harness/starters/: `local.LocalProcess` starts it as a child process of this machine, `ssh.Ssh` on its
-host through a local ssh client, `srun.Srun` as a Slurm job step on its node; with --mpi, one mpirun task
+host through a local ssh client, `srun.Srun` as a Slurm job step on its node, `docker.Docker` in a container of
+its own on a network of the run's own; with --mpi, one mpirun task
 starts every Horovod rank (`starters/mpirun.py`). `run_tasks` is the one
 place where a run's tasks are started, their output is prefixed with their names, their exit statuses are
 read and, when one fails or the user presses Ctrl-C, the others are stopped: a dead task takes the whole run
@@ -27,7 +29,7 @@ import time
 
 import harness
 from harness import data, flags, partition_search
-from harness.starters import mpirun
+from harness.starters import docker, mpirun
 from harness.starters.local import LocalProcess, isolate_network
 from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
@@ -164,12 +166,13 @@ SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_para
 
 
 def launch(architecture, num_workers, num_ps, runner_flags, hosts=None, machines=1, starter=None,
-           network_interface=None, mpi=False):
+           network_interface=None, mpi=False, placement=None):
     """Runs one job of `architecture`, on `hosts` ([(host, slots)]) through `starter` or on this machine;
-    returns its exit status. With `mpi` (horovod only), one local mpirun starts every rank."""
+    returns its exit status. With `mpi` (horovod only), one local mpirun starts every rank. `placement`, (host
+    of each worker, host of each parameter server), overrides `place` (the Docker starter's addresses)."""
     starter = starter or LocalProcess()
     script = SCRIPTS[architecture]
-    worker_hosts, ps_hosts = place(num_workers, num_ps, hosts, machines)
+    worker_hosts, ps_hosts = placement or place(num_workers, num_ps, hosts, machines)
     if mpi:
         argv = mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script), *runner_flags])
         return run_tasks([Task("mpirun", argv)], LocalProcess())
@@ -210,6 +213,8 @@ def parse_flags(argv):
                          flag_values=parser)
     flags.DEFINE_boolean("mpi", False, "horovod: mpirun starts the ranks (Horovod's MPI controller) instead of the "
                          "launcher's Gloo rendezvous", flag_values=parser)
+    flags.DEFINE_string("docker", None, "IMAGE: every task in a container of its own from this image (make "
+                        "docker-build), on a bridge network of the run's own", flag_values=parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
     args = flags.parse(parser, argv[:split], positional=1)
@@ -227,6 +232,8 @@ def parse_flags(argv):
                                  "(slurm/*.sbatch) or run under salloc")
     if args.mpi and args.architecture != "horovod":
         raise harness.UsageError("--mpi: only for horovod")
+    if args.docker and (args.hosts or args.slurm or args.mpi or args.machines > 1):
+        raise harness.UsageError("--docker: not with --hosts, --slurm, --mpi or --machines (each task is a machine)")
     if args.mpi and args.ssh_config:
         raise harness.UsageError("--ssh_config: not with --mpi (mpirun reaches the hosts with its own ssh)")
     for host, _ in args.hosts or []:  # every task must reach every other by this name, not only ssh
@@ -244,6 +251,8 @@ def parse_flags(argv):
             raise harness.UsageError(f"Horovod is not usable ({error}): run make setup")
     if args.mpi:
         mpirun.check()
+    if args.docker:
+        docker.check(args.docker)
     args.runner_flags = argv[split + 1:]
     # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
     args.search = "--search_partitions" in args.runner_flags
@@ -263,11 +272,16 @@ def parse_flags(argv):
 
 def main():
     args = parse_flags(sys.argv[1:])
+    placement = None
     if args.slurm:
         starter = Srun()
         args.hosts = starter.allocation()
     elif args.hosts:
         starter = Ssh(args.ssh_config)
+    elif args.docker:
+        starter = docker.Docker(args.docker)
+        placement = starter.place(args.workers, args.ps)
+        args.network_interface = args.network_interface or docker.INTERFACE
     else:
         starter = LocalProcess()
         isolate_network()
@@ -280,7 +294,7 @@ def main():
 
     def run(runner_flags):
         return launch(args.architecture, args.workers, args.ps, runner_flags, args.hosts, args.machines, starter,
-                      args.network_interface, args.mpi)
+                      args.network_interface, args.mpi, placement)
     runner_flags, runner_args = args.runner_flags, args.runner_args
     if args.search:
         def trial(n):
