@@ -19,6 +19,9 @@ elif ! docker image inspect "$BASE" >/dev/null 2>&1 && ! docker pull -q "$BASE" 
   echo "docker-build: cannot pull $BASE; building a Debian bookworm base with debootstrap instead" >&2
   BASE=$(bash docker/base.sh)
 fi
+# The certificate authorities this machine trusts besides the public ones, for the build steps (docker/Dockerfile).
+rm -f docker/ca-certificates/*.crt
+cp /usr/local/share/ca-certificates/*.crt docker/ca-certificates/ 2>/dev/null || true
 # The classic builder (DOCKER_BUILDKIT=0) is in every docker CLI; BuildKit needs the buildx plugin in recent ones.
 # --network host: the build steps reach the package registries (apt, PyPI) through this machine's network.
 log=$(mktemp)

@@ -5,4 +5,4 @@
     free_ports(host, count) -> ports free on `host` now
 
 `local.LocalProcess` starts a task as a child process of this machine; `ssh.Ssh` on its host through a local
-ssh client. The launcher (harness/launch.py) decides what runs where; a starter only knows how."""
+ssh client; `docker.Docker` in a container of its own. The launcher (harness/launch.py) decides what runs where; a starter only knows how."""
