@@ -27,7 +27,7 @@ cp /usr/local/share/ca-certificates/*.crt docker/ca-certificates/ 2>/dev/null ||
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 build() {
-  DOCKER_BUILDKIT=0 docker build --network host --build-arg "BASE=$BASE" -f docker/Dockerfile "$@" . >"$log" 2>&1 \
+  DOCKER_BUILDKIT=0 docker build --force-rm --network host --build-arg "BASE=$BASE" -f docker/Dockerfile "$@" . >"$log" 2>&1 \
     || { tail -30 "$log" >&2; die "docker build $* failed (its last lines above)"; }
 }
 echo "docker-build: $IMAGE on $BASE (the first build on a machine compiles Horovod: about 10 minutes on 2 cores)" >&2
