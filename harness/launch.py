@@ -251,8 +251,6 @@ def parse_flags(argv):
             raise harness.UsageError(f"Horovod is not usable ({error}): run make setup")
     if args.mpi:
         mpirun.check()
-    if args.docker:
-        docker.check(args.docker)
     args.runner_flags = argv[split + 1:]
     # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
     args.search = "--search_partitions" in args.runner_flags
@@ -267,6 +265,9 @@ def parse_flags(argv):
     args.runner_args = runner.parse_flags(args.runner_flags + (cluster_flags if args.architecture != "horovod"
                                                                else []))
     data.shard(model.CONFIGS[args.runner_args.config].batch_size, 0, args.workers)
+    if args.docker:
+        docker.check(args.docker, [args.runner_args.data_path, args.runner_args.ckpt_dir,
+                                   args.runner_args.results_dir])
     return args
 
 

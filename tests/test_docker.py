@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import REPO, long_run
+from conftest import REPO, launcher_usage_error, long_run
 
 LABEL = "lstm-dist.run"  # harness/starters/docker.py labels every container and network of a run with it
 
@@ -110,3 +110,12 @@ def test_interrupted_run_leaves_nothing(image, tmp_path):
             process.wait(timeout=60)
         assert process.returncode == 130, (sig, process.stderr.read())
         assert leftovers() == [], sig
+
+
+def test_bad_input_is_one_line(image, tmp_path):
+    """An image the engine lacks, or a path the containers cannot see: one line, exit 2, no container."""
+    for flags, why in ((["--docker=lstm-dist-no-such-image", "--"], "no image lstm-dist-no-such-image"),
+                       ([f"--docker={image}", "--", "--data_path=/etc/hostname"], "outside the working directory")):
+        result = launcher_usage_error("tf", ["--workers=2", *flags], tmp_path)
+        assert result.returncode == 2 and why in result.stderr and len(result.stderr.splitlines()) == 1, result
+    assert leftovers() == []

@@ -51,8 +51,14 @@ def _docker(*args):
     return subprocess.run(["docker", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True)
 
 
-def check(image):
-    """UsageError unless a Docker engine answers and holds `image`."""
+def check(image, paths=()):
+    """UsageError unless a Docker engine answers and holds `image`, and every one of `paths` (a run's data,
+    checkpoints, results) lies under the working directory, the one directory the containers see."""
+    cwd = os.path.realpath(os.getcwd())
+    for path in filter(None, paths):
+        if os.path.commonpath([cwd, os.path.realpath(path)]) != cwd:
+            raise harness.UsageError(f"--docker: {path} is outside the working directory {cwd}, the only "
+                                     f"directory the containers see")
     try:
         engine = _docker("version", "--format", "{{.Server.Version}}")
     except FileNotFoundError:
@@ -61,7 +67,7 @@ def check(image):
         why = (engine.stderr.strip().splitlines() or ["no answer"])[-1]
         raise harness.UsageError(f"--docker: no Docker engine answers ({why}): bash docker/engine.sh start")
     if _docker("image", "inspect", image).returncode:
-        raise harness.UsageError(f"--docker: no image {image} in the engine: make docker-build IMAGE={image}")
+        raise harness.UsageError(f"--docker: no image {image} in the engine: make docker-build DOCKER_IMAGE={image}")
 
 
 def in_image(argv):
