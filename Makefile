@@ -104,3 +104,25 @@ report: setup
 
 clean:
 	rm -rf checkpoints results $(REPORT)
+
+# Containers (docker/; README: Containers). DOCKER_IMAGE names the image; DOCKER_BASE is its base (default
+# python:3.11-slim; one that cannot be pulled, or DOCKER_BASE=debootstrap, is made from Debian's packages).
+# docker/engine.sh starts a Docker engine when none answers (root: it installs docker.io) and leaves it running.
+DOCKER_IMAGE ?= lstm-dist
+DOCKER_BASE  ?=
+
+.PHONY: docker-engine docker-build docker-verify
+
+docker-engine:
+	@bash docker/engine.sh start >/dev/null
+
+docker-build: docker-engine
+	bash docker/build.sh $(DOCKER_IMAGE) $(DOCKER_BASE)
+
+# make verify with every task, the reference's too, in a container of its own (harness/starters/docker.py);
+# the table and results/verify.json on this machine, as make verify writes them. DATA must lie under this
+# directory, the one the containers see.
+docker-verify: setup docker-build
+	$(if $(HOSTS),$(error HOSTS=: docker-verify runs every task in a container on this machine))
+	$(PYTHON) verify.py $(subst --steps=$(STEPS),--steps=$(VERIFY_STEPS),$(RUN_FLAGS)) --workers=$(WORKERS) \
+	    --ps=$(PS) --docker=$(DOCKER_IMAGE) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(ARGS)

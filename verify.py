@@ -36,6 +36,7 @@ import time
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
 from harness import flags, launch
+from harness.starters import docker
 from harness.starters.ssh import Ssh
 
 import checkpoints_compare
@@ -69,6 +70,8 @@ def parse_flags(argv=None):
     flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts", flag_values=parser)
     flags.DEFINE_boolean("slurm", False, "the distributed runs as Slurm job steps in the allocation this runs in "
                          "(slurm/verify.sbatch; python -m harness.launch --help)", flag_values=parser)
+    flags.DEFINE_string("docker", None, "IMAGE: every task of every run, the reference's too, in a container of its "
+                        "own from this image (make docker-verify)", flag_values=parser)
     flags.DEFINE_finite_float("rtol", checkpoints_compare.DEFAULT_RTOL, "relative tolerance (when the verdict "
                               "allows one)", parser)
     flags.DEFINE_finite_float("atol", checkpoints_compare.DEFAULT_ATOL, "absolute tolerance (when the verdict "
@@ -95,6 +98,10 @@ def parse_flags(argv=None):
             raise harness.UsageError(f"--runner_args: {name!r} is not one of the runs ({', '.join(args.runs)})")
         extra[name] = extra.get(name, []) + shlex.split(value)
     args.runner_args = extra
+    if args.docker and (args.hosts or args.slurm):
+        raise harness.UsageError("--docker: not with --hosts or --slurm (each task is a machine of its own)")
+    if args.docker:
+        docker.check(args.docker)
     args.identical = args.match == "identical" or (args.match == "auto" and args.workers <= 2)
     for name in args.runs:  # every run's flags, checked now rather than minutes in, when the run starts
         check_run_flags(args, name)
@@ -116,13 +123,17 @@ def command(args, name):
               *([f"--data_path={args.data_path}"] if args.data_path else []),
               *runner_flags, *args.runner_args.get(name, [])]
     if how == "run.py":
-        return [sys.executable, os.path.join(REPO, "run.py"), f"--emulate_workers={args.workers}", *shared]
+        argv = [sys.executable, os.path.join(REPO, "run.py"), f"--emulate_workers={args.workers}", *shared]
+        # In a container too: the reference runs on the TensorFlow of the runs it is compared with.
+        return [sys.executable, "-m", "harness.starters.docker", f"--image={args.docker}", "--name=reference", "--",
+                *argv] if args.docker else argv
     hosts = [f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}",
              "--require_shared_workdir"] if args.hosts else []
     ssh_config = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []
     slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
+    containers = [f"--docker={args.docker}"] if args.docker else []
     return [sys.executable, "-m", "harness.launch", how, f"--workers={args.workers}", f"--ps={args.ps}", *hosts,
-            *ssh_config, *slurm, "--", *shared]
+            *ssh_config, *slurm, *containers, "--", *shared]
 
 
 def check_run_flags(args, name):
@@ -130,7 +141,7 @@ def check_run_flags(args, name):
     argv = command(args, name)
     try:
         if RUNS[name][0] == "run.py":
-            run.parse_flags(argv[2:])
+            run.parse_flags(argv[argv.index(os.path.join(REPO, "run.py")) + 1:])
         else:
             launch.parse_flags(argv[3:])
     except harness.UsageError as error:

@@ -7,13 +7,15 @@
     python -m harness.launch tf --slurm -- ...                   (inside an allocation: slurm/run_tf.sbatch)
     python -m harness.launch horovod --mpi -- ...                                     (make run-horovod MPI=1)
     python -m harness.launch tf --workers=2 --ps=2 --net=100mbit -- ...              (make run-tf NET=100mbit)
+    python -m harness.launch tf --docker=lstm-dist -- ...        (every task in a container: make docker-verify)
 
 A Task is what to run: a name ("worker1", "ps0"), a command line, its extra environment and its host; the
 `*_tasks` functions build them for each architecture. A starter is how to start a task, one module each
 under harness/starters/: `local.LocalProcess` starts it as a child process of this machine, `ssh.Ssh` on its
 host through a local ssh client, `srun.Srun` as a Slurm job step on its node, `netns.NetnsProcess` inside
-one machine of an emulated cluster of network namespaces joined by shaped links (--net); with --mpi, one
-mpirun task starts every Horovod rank (`starters/mpirun.py`). `run_tasks` is the one
+one machine of an emulated cluster of network namespaces joined by shaped links (--net), `docker.Docker` in a
+container of its own on a network of the run's own (--docker); with --mpi, one mpirun task starts every
+Horovod rank (`starters/mpirun.py`). `run_tasks` is the one
 place where a run's tasks are started, their output is prefixed with their names, their exit statuses are
 read and, when one fails or the user presses Ctrl-C, the others are stopped: a dead task takes the whole run
 down at once, with a message naming it.
@@ -30,7 +32,7 @@ import time
 
 import harness
 from harness import data, flags, partition_search
-from harness.starters import mpirun, netns
+from harness.starters import docker, mpirun, netns
 from harness.starters.local import LocalProcess, isolate_network
 from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
@@ -225,6 +227,8 @@ def parse_flags(argv):
                          flag_values=parser)
     flags.DEFINE_boolean("mpi", False, "horovod: mpirun starts the ranks (Horovod's MPI controller) instead of the "
                          "launcher's Gloo rendezvous", flag_values=parser)
+    flags.DEFINE_string("docker", None, "IMAGE: every task in a container of its own from this image (make "
+                        "docker-build), on a bridge network of the run's own", flag_values=parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
     args = flags.parse(parser, argv[:split], positional=1)
@@ -250,6 +254,9 @@ def parse_flags(argv):
                                  "(slurm/*.sbatch) or run under salloc")
     if args.mpi and args.architecture != "horovod":
         raise harness.UsageError("--mpi: only for horovod")
+    if args.docker and (args.hosts or args.slurm or args.mpi or args.net or args.machines > 1):
+        raise harness.UsageError("--docker: not with --hosts, --slurm, --mpi, --net or --machines (each task is a "
+                                 "machine)")
     if args.mpi and args.ssh_config:
         raise harness.UsageError("--ssh_config: not with --mpi (mpirun reaches the hosts with its own ssh)")
     if args.mpi and args.net:
@@ -283,6 +290,9 @@ def parse_flags(argv):
     args.runner_args = runner.parse_flags(args.runner_flags + (cluster_flags if args.architecture != "horovod"
                                                                else []))
     data.shard(flags.model_config(args.runner_args).batch_size, 0, args.workers)
+    if args.docker:
+        docker.check(args.docker, [args.runner_args.data_path, args.runner_args.ckpt_dir,
+                                   args.runner_args.results_dir])
     return args
 
 
@@ -309,6 +319,9 @@ def run_job(args, cluster=None):
         print(f"launch: {cluster.machines} machines ({', '.join(cluster.addresses)}), links of {args.net}"
               f"{'' if args.net.delay else ' (no added latency: --delay, where the kernel has netem)'}",
               file=sys.stderr, flush=True)
+    elif args.docker:
+        starter, network_interface = docker.Docker(args.docker), network_interface or docker.INTERFACE
+        worker_hosts, ps_hosts = starter.place(args.workers, args.ps)
     else:
         if args.slurm:
             starter = Srun()

@@ -32,12 +32,14 @@ command -v g++ >/dev/null || missing+=(g++)
 # it is optional: without root, Horovod is built with Gloo only.
 can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
 command -v mpicxx >/dev/null || ! $can_apt || missing+=(openmpi-bin libopenmpi-dev)
+# What only the test suite uses; LSTM_DIST_MINIMAL=1 (docker/Dockerfile) leaves it out.
+test_tools=$can_apt; [ "${LSTM_DIST_MINIMAL:-0}" = 1 ] && test_tools=false
 # poppler-utils' pdftoppm renders the report's pages in its test (without it the test uses Typst's own PNGs).
-command -v pdftoppm >/dev/null || ! $can_apt || missing+=(poppler-utils)
+command -v pdftoppm >/dev/null || ! $test_tools || missing+=(poppler-utils)
 # Slurm and munge for the sbatch templates' tests (tests/test_slurm.py starts a one-node cluster of its own);
 # optional too: without root the Slurm tests skip, saying why.
-{ command -v slurmctld && command -v slurmd && command -v sbatch; } >/dev/null || ! $can_apt || missing+=(slurm-wlm)
-command -v munged >/dev/null || ! $can_apt || missing+=(munge)
+{ command -v slurmctld && command -v slurmd && command -v sbatch; } >/dev/null || ! $test_tools || missing+=(slurm-wlm)
+command -v munged >/dev/null || ! $test_tools || missing+=(munge)
 if [ ${#missing[@]} -gt 0 ]; then
   if $can_apt; then
     say "installing ${missing[*]} with apt-get"

@@ -6,4 +6,5 @@
 
 `local.LocalProcess` starts a task as a child process of this machine; `ssh.Ssh` on its host through a local
 ssh client; `netns.NetnsProcess` inside one machine of an emulated cluster (network namespaces joined by
-shaped links, `netns.EmulatedCluster` and `netns.Link`). The launcher (harness/launch.py) decides what runs where; a starter only knows how."""
+shaped links, `netns.EmulatedCluster` and `netns.Link`); `docker.Docker` in a container of its own. The
+launcher (harness/launch.py) decides what runs where; a starter only knows how."""

@@ -15,7 +15,7 @@ from harness.starters.local import LocalProcess
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _heartbeat(process):
+def heartbeat(process):
     """Tells the task's lifeline.py that the launcher is alive, until the connection is gone."""
     while process.poll() is None:
         try:
@@ -75,7 +75,7 @@ class Ssh:
         argv = [sys.executable, os.path.join(REPO, "harness", "lifeline.py"), *task.argv]
         process = self.local.start(dataclasses.replace(task, argv=self.command(task.host, argv, task.env), env={}),
                                    stdin=subprocess.PIPE)
-        threading.Thread(target=_heartbeat, args=(process,), daemon=True).start()
+        threading.Thread(target=heartbeat, args=(process,), daemon=True).start()
         return process
 
     def stop_all(self, processes, grace_seconds):

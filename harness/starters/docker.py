@@ -1,0 +1,172 @@
+"""Every task in a container of its own (launch --docker=IMAGE; make docker-verify), as if on its own machine.
+
+The launcher stays on this machine and starts one `docker run` per task from IMAGE (docker/Dockerfile), which
+holds the repository at IMAGE_REPO with its own .venv: the task's command line is translated to those paths.
+
+- Network: a bridge network of the run's own, with a subnet chosen here, so that every task gets a fixed
+  address on it (`place`) before any starts: a parameter-server cluster is told every address up front, and a
+  task that looked a peer up by name before the peer's container existed would fail. The container's hostname
+  is the task's name (ps0, worker1). The network is --internal: its containers reach each other and this
+  machine's end of the bridge (the gateway, .1), nothing beyond. Each container has a network namespace, so
+  every task listens on the same port, PORT.
+- Horovod: the launcher's rendezvous server listens on this machine; the ranks reach it at the gateway address
+  (the address on the route to the first worker) and talk over their eth0.
+- Files: the working directory is mounted at the same path in every container, and the task runs there, so
+  what the runs write (results/, checkpoints/) lands on this machine, as on a shared file system. Paths given
+  to a run must lie under it.
+- User: the launcher's own uid and gid, so that those files are the user's; with every capability dropped and
+  no-new-privileges, so that even uid 0 (the launcher run as root) cannot touch what it does not own.
+- Lifetime: the task runs under harness/lifeline.py with the `docker run` client's stdin as its lifeline, as
+  over ssh: when the client dies (it gets SIGKILL when the launcher dies) the container's stdin closes and
+  lifeline.py stops the task; `--rm` removes the container. Stopping a run removes its containers
+  (`docker rm -f`, by the run's label) and its network, also on Ctrl-C, SIGTERM and errors.
+
+    python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...   (one command, in one container
+                                                                                 without a network: verify's
+                                                                                 reference run)
+"""
+import atexit
+import dataclasses
+import ipaddress
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+
+import harness
+from harness.starters.local import LocalProcess
+from harness.starters.ssh import heartbeat
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IMAGE_REPO = "/opt/lstm-dist"  # where docker/Dockerfile puts the repository, its .venv at IMAGE_REPO/.venv
+PORT = 2222
+LABEL = "lstm-dist.run"  # on every container and network of a run: how stopping a run finds them all
+INTERFACE = "eth0"  # a container's interface on its network, which Horovod's ranks talk over
+
+
+def _docker(*args):
+    return subprocess.run(["docker", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True)
+
+
+def check(image, paths=()):
+    """UsageError unless a Docker engine answers and holds `image`, and every one of `paths` (a run's data,
+    checkpoints, results) lies under the working directory, the one directory the containers see."""
+    cwd = os.path.realpath(os.getcwd())
+    for path in filter(None, paths):
+        if os.path.commonpath([cwd, os.path.realpath(path)]) != cwd:
+            raise harness.UsageError(f"--docker: {path} is outside the working directory {cwd}, the only "
+                                     f"directory the containers see")
+    try:
+        engine = _docker("version", "--format", "{{.Server.Version}}")
+    except FileNotFoundError:
+        raise harness.UsageError("--docker: no docker command: install Docker (bash docker/engine.sh start)")
+    if engine.returncode:
+        why = (engine.stderr.strip().splitlines() or ["no answer"])[-1]
+        raise harness.UsageError(f"--docker: no Docker engine answers ({why}): bash docker/engine.sh start")
+    if _docker("image", "inspect", image).returncode:
+        raise harness.UsageError(f"--docker: no image {image} in the engine: make docker-build DOCKER_IMAGE={image}")
+
+
+def in_image(argv):
+    """`argv` as it runs in the image: this Python is the image's, this repository's files are the image's."""
+    return ["python" if arg == sys.executable else
+            IMAGE_REPO + arg[len(REPO):] if arg == REPO or arg.startswith(REPO + os.sep) else arg for arg in argv]
+
+
+class Docker:
+    """A task as a container of its own (see the module's doc). `place` first, for tasks that need a network."""
+
+    def __init__(self, image):
+        self.image = image
+        self.run = f"lstm-dist-{os.getpid()}-{uuid.uuid4().hex[:6]}"  # names the containers and the network
+        self.network = None
+        self.local = LocalProcess()
+        self.containers = {}  # pid of a task's `docker run` client: its container's name
+        atexit.register(self.remove)
+        # kill (SIGTERM) must tear a run down as Ctrl-C does, or its containers and network would stay behind.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    def place(self, num_workers, num_ps):
+        """Creates the run's network and gives each task an address on it: (worker addresses, ps addresses).
+        The gateway, .1, is this machine (Horovod's rendezvous)."""
+        subnet = self._create_network()
+        addresses = [str(address) for address in subnet.hosts()][1:1 + num_workers + num_ps]
+        return addresses[:num_workers], addresses[num_workers:]
+
+    def _create_network(self):
+        """A /24 in 10.213.0.0/16 that no other network of the engine uses: the engine refuses overlapping ones."""
+        first = random.randrange(256)
+        for i in range(256):
+            subnet = ipaddress.ip_network(f"10.213.{(first + i) % 256}.0/24")
+            created = _docker("network", "create", "--driver=bridge", "--internal", f"--subnet={subnet}",
+                              f"--gateway={next(subnet.hosts())}", f"--label={LABEL}={self.run}", self.run)
+            if not created.returncode:
+                self.network = self.run
+                return subnet
+            if "overlap" not in created.stderr:
+                raise harness.UsageError(f"--docker: cannot create a network: {created.stderr.strip()}")
+        raise harness.UsageError("--docker: every /24 of 10.213.0.0/16 is taken by another network")
+
+    def command(self, task):
+        """The `docker run` command line of `task`."""
+        cwd = os.getcwd()
+        network = ["--network", self.network, "--ip", task.host] if self.network else ["--network", "none"]
+        return ["docker", "run", "--rm", "--interactive", "--init", f"--name={self.run}-{task.name}",
+                f"--hostname={task.name}", f"--label={LABEL}={self.run}", *network,
+                f"--user={os.getuid()}:{os.getgid()}", "--cap-drop=ALL", "--security-opt=no-new-privileges",
+                f"--volume={cwd}:{cwd}", f"--workdir={cwd}", "--env=HOME=/tmp",
+                *[f"--env={name}={value}" for name, value in task.env.items()], self.image,
+                "python", f"{IMAGE_REPO}/harness/lifeline.py", *in_image(task.argv)]
+
+    def start(self, task):
+        process = self.local.start(dataclasses.replace(task, argv=self.command(task), env={}), stdin=subprocess.PIPE)
+        self.containers[process.pid] = f"{self.run}-{task.name}"
+        threading.Thread(target=heartbeat, args=(process,), daemon=True).start()
+        return process
+
+    def stop_all(self, processes, grace_seconds):
+        """Stops the `docker run` clients (each forwards SIGTERM to its container); what is left of the run's
+        containers a grace period later is removed by force."""
+        self.local.stop_all(processes, grace_seconds)
+        self._remove_containers()
+
+    def _remove_containers(self):
+        listed = _docker("ps", "--all", "--quiet", f"--filter=label={LABEL}={self.run}").stdout.split()
+        if listed:
+            _docker("rm", "--force", *listed)
+
+    def remove(self):
+        """Removes the run's containers and network; at exit, whatever way the launcher ends."""
+        self._remove_containers()
+        if self.network:
+            _docker("network", "rm", self.network)
+            self.network = None
+
+    def free_ports(self, host, count):
+        """Each task has a container, so a network namespace, of its own: the same ports are free in every one."""
+        return list(range(PORT, PORT + count))
+
+    def shares_workdir(self, host):
+        return True  # mounted in every container
+
+
+def main():
+    """python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...: COMMAND in one container
+    without a network, with its output prefixed by NAME; exits with its status."""
+    from harness import launch
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    options = dict(arg[2:].split("=", 1) for arg in argv[:split] if arg.startswith("--") and "=" in arg)
+    if set(options) != {"image", "name"} or split != 2 or split + 1 >= len(argv):
+        raise harness.UsageError("usage: python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...")
+    check(options["image"])
+    return launch.run_tasks([launch.Task(options["name"], argv[split + 1:], {"PYTHONUNBUFFERED": "1"})],
+                            Docker(options["image"]))
+
+
+if __name__ == "__main__":
+    harness.main(main)
