@@ -34,8 +34,10 @@ def train_reference(flags, workers, ckpt_dir, cwd):
 def launch(architecture, *flags, cwd, env=None, **popen):
     """The launcher, as `make run-tf` and `make run-horovod` start it: python -m harness.launch ARCH FLAGS."""
     command = [sys.executable, "-m", "harness.launch", architecture, *flags]
+    # Ctrl-C as at a terminal, even when the suite itself runs in the background (which ignores SIGINT, and
+    # the launcher would inherit that).
     return subprocess.Popen(command, cwd=cwd, env={**os.environ, "PYTHONPATH": REPO, **(env or {})}, text=True,
-                            **popen)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
 
 
 def launch_and_wait(architecture, *flags, cwd):
