@@ -22,17 +22,23 @@ def main():
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, data.load(args, config), rows=slice(None))
     _, loss, final_state, _, train_op = reference_step(config, args.seed, feed, num_workers=1)
+    print(json.dumps(timed_steps(args, config, feed, [loss, final_state, train_op])))
+
+
+def timed_steps(args, config, feed, fetches):
+    """The throughput summary of --steps session.runs of `fetches` (loss, final state, train op), nothing
+    else in the loop."""
     timer = ThroughputTimer(args.warmup_steps)
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
         state = None
         clock = time.perf_counter()
         for step in range(args.steps):
-            _, state, _ = session.run([loss, final_state, train_op], feed(step, state))
+            _, state, _ = session.run(fetches, feed(step, state))
             now = time.perf_counter()
             timer.record(now - clock, config.words_per_batch)
             clock = now
-    print(json.dumps(timer.summary()))
+    return timer.summary()
 
 
 if __name__ == "__main__":

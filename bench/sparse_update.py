@@ -16,14 +16,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from bench.bare_loop import timed_steps  # noqa: E402
 from bench.pinned import start_pinned  # noqa: E402
 import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
 from harness import data, determinism, environment, flags  # noqa: E402
-from harness.timer import ThroughputTimer  # noqa: E402
 from harness.training import StepFeed  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -58,17 +57,8 @@ def time_steps(args, config):
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, data.load(args, config), rows=slice(None))
     loss, final_state, train_op = train_step(config, args.seed, feed, args.update)
-    timer = ThroughputTimer(args.warmup_steps)
-    with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
-        session.run(tf.compat.v1.global_variables_initializer())
-        state = None
-        clock = time.perf_counter()
-        for step in range(args.steps):
-            _, state, _ = session.run([loss, final_state, train_op], feed(step, state))
-            now = time.perf_counter()
-            timer.record(now - clock, config.words_per_batch)
-            clock = now
-    print(json.dumps({**timer.summary(), "peak_resident_bytes": harness.peak_resident_bytes()}))
+    summary = timed_steps(args, config, feed, [loss, final_state, train_op])
+    print(json.dumps({**summary, "peak_resident_bytes": harness.peak_resident_bytes()}))
 
 
 def bytes_per_worker(args, config):
