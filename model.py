@@ -35,6 +35,25 @@ import math
 import zlib
 
 import tensorflow as tf
+from tensorflow.python.training.saving import saveable_object
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateRule:
+    """How the gradient of the global batch updates the variables (`update` applies it)."""
+    optimizer: str                     # "sgd": var -= lr * g; "adagrad": acc += g * g, var -= lr * g / sqrt(acc)
+    clipped: str = "all"               # the gradients whose global norm is clipped: "all", or "lstm" (lstm_*)
+    initial_accumulator: float = 0.0   # Adagrad's accumulators start here
+    embedding_scale: str = ""          # "batch": the embedding's gradient times the global batch size
+
+
+# ptb_word_lm.py's rule: plain SGD after clipping every gradient by one global norm.
+PTB_WORD_LM = UpdateRule("sgd")
+# Parallax's LM1B rule (examples/lm1b/language_model_graph.py): Adagrad (initial accumulator 1.0), only the
+# LSTM's gradients clipped, the embedding's gradient multiplied by the batch size. Parallax multiplies each
+# GPU's gradient by that GPU's batch and then sums the GPUs' sparse gradients; times the global batch here,
+# after averaging, that is the same sum over every row of the step.
+PARALLAX_LM1B = UpdateRule("adagrad", clipped="lstm", initial_accumulator=1.0, embedding_scale="batch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +72,9 @@ class Config:
     max_epoch: int        # epochs at the initial learning rate ...
     lr_decay: float       # ... after which it is multiplied by lr_decay every epoch
     projection_size: int = 0  # each LSTM layer's output projected to this size (LSTMCell's num_proj); 0: none
-    num_sampled: int = 0      # a sampled softmax over this many candidates per step; 0: the full softmax
+    num_sampled: int = 0      # a sampled softmax over this many distinct candidates per step; 0: the full softmax
+    forget_bias: float = 0.0  # added to the forget gate before its sigmoid (BasicLSTMCell's forget_bias)
+    update_rule: UpdateRule = PTB_WORD_LM
 
     @property
     def output_size(self):
@@ -78,11 +99,17 @@ class Config:
 #   unrolled steps    20                 20                 kept
 #   batch             128 per GPU        128 global         one worker's step (W = 1) about 0.9 s on one core
 #                                                           here; W workers train 128/W rows each
-#   shards            32                 --partitions=N     placement is the runner's (--partitions=32 is theirs)
-#   optimiser         Adagrad, lr 0.2    SGD, lr 0.2        the one update rule of every config here
-#   gradient clipping 10                 10
+#   shards            32, round robin    --partitions=N,    placement is the runner's (--partitions=32 is theirs);
+#                     ("mod": TF 1's     "mod" by default   TF 2's tf.nn.embedding_lookup only splits by
+#                     default)                              contiguous ranges ("div", --partition_strategy=div)
+#   candidates        8,192 distinct     8,192 distinct     TF's log_uniform_candidate_sampler(unique=True)
+#   optimiser         Adagrad, lr 0.2,   the same           PARALLAX_LM1B (the other configs: ptb_word_lm's SGD)
+#                     accumulators at 1
+#   gradient clipping LSTM only, 10      the same
+#   embedding grad.   x batch (128)      x global batch     Parallax then sums the GPUs' sparse gradients
 #   dropout           keep 0.9           keep 0.9
-#   forget-gate bias  +1                 0                  ptb_word_lm's cell, as in every config here
+#   forget-gate bias  +1                 +1
+#   moving average    0.999 of the LSTM  none               read only by evaluation; training never reads it
 #   initial values    unit-scaling       uniform +-0.05     one initialiser for every config here
 # (Parallax's numbers are those of its example as the paper ran it; a later revision of its
 # language_model.py has a 128-unit state and batch x steps candidates.)
@@ -103,12 +130,14 @@ CONFIGS = {
     # Parallax's LM1B benchmark, scaled down (the table above): both big tables get sparse gradients.
     "lm1b": Config("lm1b", vocab_size=793_470, hidden_size=2048, num_layers=1, num_steps=20, batch_size=128,
                    init_scale=0.05, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9,
-                   max_epoch=4, lr_decay=0.5, projection_size=32, num_sampled=8192),
+                   max_epoch=4, lr_decay=0.5, projection_size=32, num_sampled=8192, forget_bias=1.0,
+                   update_rule=PARALLAX_LM1B),
     # lm1b's code paths at test size; a projection of 6 puts partitions at rows that do not start a Philox
     # block of 4 numbers.
     "lm1b-tiny": Config("lm1b-tiny", vocab_size=500, hidden_size=16, num_layers=1, num_steps=5, batch_size=4,
                         init_scale=0.1, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9,
-                        max_epoch=4, lr_decay=0.5, projection_size=6, num_sampled=32),
+                        max_epoch=4, lr_decay=0.5, projection_size=6, num_sampled=32, forget_bias=1.0,
+                        update_rule=PARALLAX_LM1B),
 }
 
 
@@ -131,6 +160,41 @@ def sparse_variables(config):
     return ("embedding", "softmax_w", "softmax_b") if config.num_sampled else ("embedding",)
 
 
+PARTITION_STRATEGIES = ("mod", "div")
+
+
+def part_rows(num_rows, partitions, strategy):
+    """The rows of the whole variable that each of its parts holds, in the part's own order, as ranges.
+
+    "mod" (TensorFlow 1's default for a list of shards, which Parallax ran): row i is row i // P of part i % P,
+    so a frequency-sorted vocabulary's frequent words are spread over every part. "div" (the only strategy of
+    TensorFlow 2's tf.nn.embedding_lookup): contiguous ranges, the first num_rows % P parts one row longer, as
+    tf.fixed_size_partitioner cuts them. Both give the parts the same sizes."""
+    if strategy == "mod":
+        return [range(p, num_rows, partitions) for p in range(partitions)]
+    sizes = [num_rows // partitions + (1 if p < num_rows % partitions else 0) for p in range(partitions)]
+    starts = [sum(sizes[:p]) for p in range(partitions + 1)]
+    return [range(starts[p], starts[p + 1]) for p in range(partitions)]
+
+
+def join_rows(parts, strategy):
+    """The whole value from its parts' values (tensors with static shapes), rows in the whole's order."""
+    if len(parts) == 1:
+        return parts[0]
+    if strategy == "div":
+        return tf.concat(parts, 0)
+    total, longest = sum(p.shape[0] for p in parts), parts[0].shape[0]
+    padded = [tf.pad(p, [[0, longest - p.shape[0]]] + [[0, 0]] * (p.shape.rank - 1)) for p in parts]
+    # Row j of part p is row j * P + p: stacking the parts on a new second axis interleaves them. The padding
+    # of the shorter parts lands past the last row.
+    return tf.reshape(tf.stack(padded, 1), [-1, *parts[0].shape[1:]])[:total]
+
+
+def split_rows(whole, rows_of_parts):
+    """The inverse of join_rows: each part's rows (`rows_of_parts`, from part_rows) of the whole value."""
+    return [whole[rows.start:rows.stop:rows.step] for rows in rows_of_parts]
+
+
 def state_shape(config, rows):
     """The LSTM state that `rows` rows carry from step to step: per layer and row, the cell state (hidden_size)
     followed by the output (output_size)."""
@@ -141,52 +205,123 @@ _PHILOX = 1               # tf.random.Algorithm.PHILOX: a counter-based generato
 _SAMPLER_STREAM = 0x5A3   # folded into (seed, step): the candidates' stream, apart from the dropout masks'
 
 
-def initial_value(config, seed, name, first_row=0, rows=None):
-    """Rows [first_row, first_row + rows) of a variable's initial value, as a graph tensor: uniform in
+def initial_value(config, seed, name, rows=None):
+    """The rows `rows` (a range; default all) of a variable's initial value, as a graph tensor: uniform in
     [-init_scale, init_scale], float32, from a stateless generator keyed by (seed, crc32 of the name).
 
-    Element k of the whole row-major value is number k % 4 of the Philox block at counter k // 4, so a
-    part starts its generator at the block of its first element and drops the numbers before it: the
-    parts of a partitioned variable hold exactly the rows of the whole value, and no process ever builds
-    (or sends) more than its own rows."""
+    Element k of the whole row-major value is number k % 4 of the Philox block at counter k // 4. A range of
+    contiguous rows starts TensorFlow's generator at the block of its first element and drops the numbers
+    before it; a strided range (a "mod" part) computes the blocks of its own rows only. Either way a part
+    holds exactly its rows of the whole value, and no process builds (or sends) more than its own rows."""
     shape = variable_shapes(config)[name]
-    rows = shape[0] - first_row if rows is None else rows
+    rows = range(shape[0]) if rows is None else rows
     row_size = math.prod(shape[1:])
-    block, skip = divmod(first_row * row_size, 4)
     key, _ = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.constant([seed, zlib.crc32(name.encode())], tf.int64))
-    uniform = tf.raw_ops.StatelessRandomUniformV2(shape=[skip + rows * row_size], key=key,
-                                                  counter=tf.constant([block, 0], tf.uint64), alg=_PHILOX)
-    values = tf.reshape(uniform[skip:], [rows, *shape[1:]])
+    if rows.step == 1:
+        block, skip = divmod(rows.start * row_size, 4)
+        uniform = tf.raw_ops.StatelessRandomUniformV2(shape=[skip + len(rows) * row_size], key=key,
+                                                      counter=tf.constant([block, 0], tf.uint64), alg=_PHILOX)
+        uniform = uniform[skip:]
+    else:
+        first = tf.range(rows.start, rows.stop, rows.step, dtype=tf.int64) * row_size  # each row's first element
+        blocks_per_row = (3 + row_size + 3) // 4  # a row starts anywhere in a block of 4
+        blocks = first[:, None] // 4 + tf.range(blocks_per_row, dtype=tf.int64)
+        numbers = tf.reshape(_philox_uniform(key, blocks), [len(rows), 4 * blocks_per_row])
+        uniform = tf.gather(numbers, first[:, None] % 4 + tf.range(row_size, dtype=tf.int64), batch_dims=1)
+    values = tf.reshape(uniform, [len(rows), *shape[1:]])
     return values * (2 * config.init_scale) - config.init_scale
 
 
+def _philox_uniform(key, blocks):
+    """What StatelessRandomUniformV2 gives at counters `blocks` (int64) with `key`: 4 floats in [0, 1) per
+    block, computed elementwise with TensorFlow's Philox-4x32-10 (tensorflow/core/lib/random/philox_random.h)
+    and its float conversion (random_distributions.h, Uint32ToFloat), so that any set of blocks can be drawn."""
+    u32, u64 = tf.uint32, tf.uint64
+
+    def low_high(x):
+        return tf.cast(x & tf.constant(0xFFFFFFFF, u64), u32), tf.cast(tf.bitwise.right_shift(x, tf.constant(32, u64)), u32)
+
+    key0, key1 = low_high(tf.cast(key[0], u64))
+    c0, c1 = low_high(tf.cast(blocks, u64))
+    c2 = c3 = tf.zeros_like(c0)
+    for round_ in range(10):
+        lo0, hi0 = low_high(tf.constant(0xD2511F53, u64) * tf.cast(c0, u64))
+        lo1, hi1 = low_high(tf.constant(0xCD9E8D57, u64) * tf.cast(c2, u64))
+        c0, c1, c2, c3 = hi1 ^ c1 ^ key0, lo1, hi0 ^ c3 ^ key1, lo0
+        if round_ < 9:
+            key0, key1 = key0 + tf.constant(0x9E3779B9, u32), key1 + tf.constant(0xBB67AE85, u32)
+    words = tf.stack([c0, c1, c2, c3], axis=-1)
+    return tf.bitcast((words & tf.constant(0x7FFFFF, u32)) | tf.constant(0x3F800000, u32), tf.float32) - 1.0
+
+
 class LSTMLanguageModel:
-    """The variables (created in the current device scope) and the forward pass of one worker's rows."""
+    """The variables (created in the current device scope), their optimiser state, and the forward pass of one
+    worker's rows."""
 
-    def __init__(self, config, seed, partitions=1):
+    def __init__(self, config, seed, partitions=1, partition_strategy="mod"):
         """Creates the variables in the current device scope; every sparse variable is split along its rows
-        into `partitions` parts (the parameter-server runners spread them over their servers)."""
-        self.config = config
+        into `partitions` parts (the parameter-server runners spread them over their servers), holding the
+        rows `part_rows(rows, partitions, partition_strategy)`. With Adagrad, each variable (part) gets an
+        accumulator on its own device, whatever the device scope says."""
+        self.config, self.strategy = config, partition_strategy
         self.partitioned = sparse_variables(config) if partitions > 1 else ()
-        self.variables = {}
+        self.variables, self.accumulators = {}, {}
         for name, shape in variable_shapes(config).items():
-            def initializer(shape, dtype=tf.float32, partition_info=None, name=name):
-                # A part gets its rows of the whole value: initial values do not depend on partitioning.
-                first_row = partition_info.var_offset[0] if partition_info else 0
-                return initial_value(config, seed, name, first_row, shape[0])
+            if name in self.partitioned:
+                self.variables[name] = [self._variable(f"{name}/part_{p}", config, seed, name, rows)
+                                        for p, rows in enumerate(part_rows(shape[0], partitions, partition_strategy))]
+            else:
+                self.variables[name] = self._variable(name, config, seed, name, range(shape[0]))
+        if config.update_rule.optimizer == "adagrad":
+            for name, variable in self.variables.items():
+                accumulators = []
+                for part in tf.nest.flatten(variable):
+                    # Beside its variable: device(None) drops the caller's device functions (a parameter-server
+                    # placement would otherwise place it, and count it, as a variable of its own).
+                    with tf.compat.v1.device(None), tf.compat.v1.device(part.device):
+                        accumulators.append(tf.compat.v1.get_variable(
+                            f"{part.op.name}/Adagrad", part.shape, tf.float32,
+                            tf.compat.v1.constant_initializer(config.update_rule.initial_accumulator),
+                            trainable=False))
+                self.accumulators[name] = accumulators if isinstance(variable, list) else accumulators[0]
 
-            partitioner = tf.compat.v1.fixed_size_partitioner(partitions) if name in self.partitioned else None
-            self.variables[name] = tf.compat.v1.get_variable(name, shape, tf.float32, initializer,
-                                                             partitioner=partitioner)
+    @staticmethod
+    def _variable(variable_name, config, seed, name, rows):
+        shape = variable_shapes(config)[name]
+
+        def initializer(shape, dtype=tf.float32, partition_info=None):
+            return initial_value(config, seed, name, rows)
+        return tf.compat.v1.get_variable(variable_name, [len(rows), *shape[1:]], tf.float32, initializer)
 
     def parts(self, name):
         """A variable, or the list of its parts if it is partitioned."""
-        return list(self.variables[name]) if name in self.partitioned else self.variables[name]
+        return self.variables[name]
 
     @property
     def variable_list(self):
         """The variables in canonical order; a partitioned one is the list of its parts."""
         return [self.parts(name) for name in self.variables]
+
+    def state(self, names=None):
+        """Every variable (part) and accumulator of `names` (default: all): what initialising, broadcasting or
+        checkpointing them covers."""
+        names = list(self.variables) if names is None else names
+        return tf.nest.flatten([[self.variables[n], self.accumulators.get(n, [])] for n in names])
+
+    def saver(self):
+        """A Saver of whole tables by the names of variable_shapes (an accumulator as "<name>/Adagrad"): a
+        partitioned variable is saved as its parts joined in row order, so that a checkpoint does not depend
+        on the partitioning or on the strategy."""
+        saved = []
+        for kind, variables in (("", self.variables), ("/Adagrad", self.accumulators)):
+            for name, variable in variables.items():
+                saved.append(_WholeTable(variable, self.strategy, name + kind) if isinstance(variable, list)
+                             else variable)
+        return tf.compat.v1.train.Saver(saved)
+
+    def lookup(self, name, ids):
+        """Rows `ids` of a variable, gathered from the part that holds each."""
+        return tf.compat.v1.nn.embedding_lookup(self.parts(name), ids, partition_strategy=self.strategy)
 
     def dropout_masks(self, seed, step, rows):
         """Dropout masks (keep/keep_prob or 0) for the global rows `rows`, or None without dropout.
@@ -205,19 +340,45 @@ class LSTMLanguageModel:
         return masks[:, rows]
 
     def sampled_candidates(self, seed, step):
-        """The sampled softmax's candidate words of step `step` (int32 [num_sampled]), or None with the full
-        softmax: log-uniform (Zipfian) over the vocabulary, with replacement, as TF's
-        log_uniform_candidate_sampler draws them, but from a stateless generator on (seed, step) alone. Every
-        worker, and every shard of run.py --emulate_workers, draws the same candidates (TF's samplers keep
-        state of their own)."""
+        """The sampled softmax's candidates of step `step`, or None with the full softmax: (num_sampled DISTINCT
+        words, int32; the number of draws it took), as TF's log_uniform_candidate_sampler(unique=True) draws
+        them: log-uniform (Zipfian) draws with replacement, value = floor(exp(u * log(vocab + 1))) - 1, kept in
+        order of first appearance until num_sampled are distinct. The draws come from a stateless generator on
+        (seed, step) alone, in rounds of num_sampled, so every worker, and every shard of run.py
+        --emulate_workers, draws the same candidates (TF's samplers keep state of their own)."""
         c = self.config
         if not c.num_sampled:
             return None
         stream = tf.random.experimental.stateless_fold_in(
             tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)]), _SAMPLER_STREAM)
-        uniform = tf.random.stateless_uniform([c.num_sampled], seed=stream, dtype=tf.float64)
-        words = tf.cast(tf.floor(tf.exp(uniform * math.log(c.vocab_size + 1))), tf.int32) - 1
-        return tf.minimum(words, c.vocab_size - 1)  # exp may round up to vocab_size + 1
+
+        def draw(round_):
+            uniform = tf.random.stateless_uniform([c.num_sampled], tf.random.experimental.stateless_fold_in(
+                stream, round_), dtype=tf.float64)
+            words = tf.cast(tf.floor(tf.exp(uniform * math.log(c.vocab_size + 1))), tf.int32) - 1
+            return tf.math.floormod(words, c.vocab_size)  # as TF's sampler; exp may round up to vocab_size + 1
+
+        def too_few(round_, draws):
+            return tf.size(tf.unique(draws)[0]) < c.num_sampled
+
+        def another_round(round_, draws):
+            return round_ + 1, tf.concat([draws, draw(round_ + 1)], 0)
+
+        _, draws = tf.while_loop(too_few, another_round, [tf.constant(0, tf.int64), draw(0)],
+                                 shape_invariants=[tf.TensorShape([]), tf.TensorShape([None])])
+        distinct, position = tf.unique(draws)  # in order of first appearance
+        tries = tf.cast(tf.where(tf.equal(position, c.num_sampled - 1))[0, 0], tf.int32) + 1  # its first draw
+        return distinct[:c.num_sampled], tries
+
+    def log_expected_count(self, words, tries):
+        """The log of each word's expected count among the candidates drawn in `tries` draws: TensorFlow's
+        ExpectedCountHelper (tensorflow/core/kernels/range_sampler.cc), the probability that the draws include
+        the word, 1 - (1 - p)^tries, or p * num_sampled when no draw repeated."""
+        c = self.config
+        p = tf.math.log1p(1.0 / tf.cast(words + 1, tf.float64)) / math.log(c.vocab_size + 1)
+        count = tf.where(tries == c.num_sampled, p * c.num_sampled,
+                         -tf.math.expm1(tf.cast(tries, tf.float64) * tf.math.log1p(-p)))
+        return tf.cast(tf.math.log(count), tf.float32)
 
     def _sampled_softmax_cross_entropy(self, output, labels, candidates):
         """The cross-entropy of each position against its label and the shared candidates: what
@@ -226,20 +387,15 @@ class LSTMLanguageModel:
         negative for it. Written out because TF's version draws a seed for an op that needs none, which op
         determinism refuses. The gradients of softmax_w and softmax_b are tf.IndexedSlices: their rows of
         the labels, then of the candidates."""
-        c = self.config
-
-        def log_expected_count(words):  # of each word in num_sampled log-uniform draws
-            probability = tf.math.log1p(1.0 / tf.cast(words + 1, tf.float64)) / math.log(c.vocab_size + 1)
-            return tf.cast(tf.math.log(c.num_sampled * probability), tf.float32)
-
+        candidates, tries = candidates
         words = tf.concat([labels, candidates], 0)
-        weights = tf.nn.embedding_lookup(self.parts("softmax_w"), words)  # [positions + num_sampled, output_size]
-        biases = tf.nn.embedding_lookup(self.parts("softmax_b"), words)
+        weights = self.lookup("softmax_w", words)  # [positions + num_sampled, output_size]
+        biases = self.lookup("softmax_b", words)
         positions = tf.shape(labels)[0]
         true_logits = (tf.reduce_sum(output * weights[:positions], axis=1) + biases[:positions]
-                       - log_expected_count(labels))
+                       - self.log_expected_count(labels, tries))
         sampled_logits = (tf.matmul(output, weights[positions:], transpose_b=True) + biases[positions:]
-                          - log_expected_count(candidates))
+                          - self.log_expected_count(candidates, tries))
         sampled_logits = tf.where(labels[:, None] == candidates[None, :], tf.float32.min, sampled_logits)
         logits = tf.concat([true_logits[:, None], sampled_logits], axis=1)  # the label is class 0
         return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.zeros_like(labels), logits=logits)
@@ -254,7 +410,7 @@ class LSTMLanguageModel:
         the gradient of the global batch."""
         c = self.config
         rows = inputs.shape[0]
-        x = tf.nn.embedding_lookup(self.parts("embedding"), inputs)  # [rows, steps, output_size]
+        x = self.lookup("embedding", inputs)  # [rows, steps, output_size]
         if dropout_masks is not None:
             x = x * dropout_masks[0]
         steps = tf.unstack(x, num=c.num_steps, axis=1)
@@ -269,7 +425,9 @@ class LSTMLanguageModel:
             outputs = []
             for x_t in steps:
                 gates = tf.matmul(tf.concat([x_t, output], axis=1), kernel) + bias
-                i, j, f, o = tf.split(gates, 4, axis=1)  # ptb_word_lm's BasicLSTMCell, forget_bias=0
+                i, j, f, o = tf.split(gates, 4, axis=1)  # ptb_word_lm's BasicLSTMCell
+                if c.forget_bias:
+                    f = f + c.forget_bias
                 cell = tf.sigmoid(f) * cell + tf.sigmoid(i) * tf.tanh(j)
                 output = tf.sigmoid(o) * tf.tanh(cell)
                 if projection is not None:
@@ -339,27 +497,29 @@ def concatenate_slices(slices, divisor=1):
                             slices[0].dense_shape)
 
 
-def sgd_update(config, variables, gradients, learning_rate):
-    """The update rule, applied once per step to the gradient of the global batch: plain SGD after clipping
-    by global norm (ptb_word_lm's). Returns (train_op, global_norm).
+def update(lm, gradients, learning_rate):
+    """The update rule (config.update_rule), applied once per step to the gradient of the global batch
+    (structured as lm.variable_list). Returns (train_op, global_norm: the norm of the gradients the rule clips,
+    before clipping).
 
     A sparse gradient is first summed to one row per word (rows in the order they arrive: what a dense sum
-    of them would give, bit for bit), and only those rows are updated, so its cost follows the rows touched,
-    not the vocabulary. A dense gradient of a sparse variable (Horovod's --sparse_as_dense) gets the same
-    bits: its untouched rows are 0, and var - lr * 0 == var.
+    of them would give, bit for bit), and only those rows, of the variable and of its accumulator, are updated,
+    so its cost follows the rows touched, not the vocabulary. A dense gradient of a sparse variable (Horovod's
+    --sparse_as_dense) gets the same bits: its untouched rows are 0, and var - lr * 0 == var, acc + 0 == acc.
 
-    A variable may come as the list of its partitions along the first axis, with the list of their
-    gradients. The arithmetic of each part runs on the part's device, and the result does not depend on the
-    partitioning (see gradient_and_squared_norm). The three stages are separate functions for an
-    architecture that runs them in different places (run_parallax.py); composed as here, they are the rule."""
-    prepared, squares = zip(*[gradient_and_squared_norm(v, g) for v, g in zip(variables, gradients)])
-    global_norm, scale = clip_scale(config, squares)
-    updates = [apply_gradient(v, g, scale, learning_rate) for v, g in zip(variables, prepared)]
-    return tf.group(*updates), global_norm
+    A variable may come as the list of its parts, with the list of their gradients. The arithmetic of each part
+    runs on the part's device, and the result does not depend on the partitioning (see prepare_gradient). The
+    three stages are separate functions for an architecture that runs them in different places
+    (run_parallax.py); composed as here, they are the rule."""
+    names = list(lm.variables)
+    prepared, squares = zip(*[prepare_gradient(lm, name, g) for name, g in zip(names, gradients)])
+    global_norm, scale = clip_scale(lm.config, squares)
+    return tf.group(*[apply_gradient(lm, name, g, scale, learning_rate) for name, g in zip(names, prepared)]), global_norm
 
 
-def _parts(variable, gradient):
-    return (variable, gradient) if isinstance(variable, list) else ([variable], [gradient])
+def clipped(config, name):
+    """Whether the update rule clips the gradient of variable `name`."""
+    return config.update_rule.clipped == "all" or name.startswith("lstm_")
 
 
 def _row_squares(values):
@@ -367,16 +527,17 @@ def _row_squares(values):
     return tf.reduce_sum(tf.square(values), axis=list(range(1, values.shape.rank)))
 
 
-def gradient_and_squared_norm(variable, gradient):
+def prepare_gradient(lm, name, gradient):
     """(the gradient of each part ready for apply_gradient: dense, or tf.IndexedSlices with each row once;
-    the variable's squared gradient norm).
+    the variable's squared gradient norm, or None when the rule does not clip it).
 
-    The squared norm is the sum, in row order, of one number per row of the WHOLE variable: its sum of
+    The squared norm is the sum, in the whole variable's row order, of one number per row: its sum of
     squares, 0 for an untouched row. A sparse gradient's row sums are scattered into that vector (as long as
-    the vocabulary, but one number per row, which is cheap), so sparse and dense gradients, and any
-    partitioning, give the norm the same bits."""
+    the vocabulary, but one number per row, which is cheap) and the parts' vectors joined in row order, so
+    sparse and dense gradients, any partitioning and either strategy give the norm the same bits."""
+    parts, gradients = (lm.variables[name], gradient) if name in lm.partitioned else ([lm.variables[name]], [gradient])
     prepared, row_squares = [], []
-    for part, g in zip(*_parts(variable, gradient)):
+    for part, g in zip(parts, gradients):
         with tf.device(part.device):
             if isinstance(g, tf.IndexedSlices):
                 g = deduplicate(g)
@@ -384,15 +545,18 @@ def gradient_and_squared_norm(variable, gradient):
             else:
                 row_squares.append(_row_squares(g))
             prepared.append(g)
+    if not clipped(lm.config, name):
+        return prepared, None
     # Summed where the variable lives: a sparse variable's vector is as long as the vocabulary (3 MB for lm1b),
     # and from a parameter server it would otherwise travel to the worker every step.
-    with tf.device(_parts(variable, gradient)[0][0].device):
-        return prepared, tf.reduce_sum(tf.concat(row_squares, 0) if len(row_squares) > 1 else row_squares[0])
+    with tf.device(parts[0].device):
+        return prepared, tf.reduce_sum(join_rows(row_squares, lm.strategy))
 
 
 def clip_scale(config, squares):
-    """(global norm, factor that clips it to max_grad_norm) from the variables' squared norms, added in
-    canonical order, left to right (unlike add_n, whose order is the kernel's)."""
+    """(global norm, factor that clips it to max_grad_norm) from the clipped variables' squared norms (None
+    for the others), added in canonical order, left to right (unlike add_n, whose order is the kernel's)."""
+    squares = [square for square in squares if square is not None]
     total = squares[0]
     for square in squares[1:]:
         total = total + square
@@ -402,19 +566,56 @@ def clip_scale(config, squares):
     return global_norm, config.max_grad_norm / tf.maximum(global_norm, config.max_grad_norm)
 
 
-def apply_gradient(variable, gradients, scale, learning_rate):
-    """var -= learning_rate * (gradient * scale), part by part on each part's device; a sparse gradient (from
-    gradient_and_squared_norm: each row once) as a scatter into its rows only."""
-    parts = variable if isinstance(variable, list) else [variable]
+def apply_gradient(lm, name, gradients, scale, learning_rate):
+    """The rule's update of variable `name` from its prepared gradients (one per part), part by part on each
+    part's device; a sparse gradient (each row once) as a scatter into its rows only.
+
+    SGD: var -= lr * g. Adagrad: acc += g * g, var -= lr * g / sqrt(acc), where g is the gradient times the
+    clipping factor (for a clipped variable) and times the batch (for the embedding under PARALLAX_LM1B).
+    TensorFlow's fused Adagrad kernels are not used: they compute 1/sqrt(acc) approximately, and their dense
+    and sparse kernels round it differently (rows of 6 or 1 numbers), so --sparse_as_dense could not match
+    the sparse path; sqrt and division are correctly rounded in every kernel."""
+    rule = lm.config.update_rule
+    factor = scale if clipped(lm.config, name) else None
+    if name == "embedding" and rule.embedding_scale == "batch":
+        factor = float(lm.config.batch_size) if factor is None else factor * float(lm.config.batch_size)
+    parts = tf.nest.flatten(lm.variables[name])
+    accumulators = tf.nest.flatten(lm.accumulators[name]) if rule.optimizer == "adagrad" else [None] * len(parts)
     updates = []
-    for part, g in zip(parts, gradients):
+    for part, accumulator, g in zip(parts, accumulators, gradients):
         with tf.device(part.device):
-            if isinstance(g, tf.IndexedSlices):
-                updates.append(part.scatter_sub(
-                    tf.IndexedSlices(learning_rate * (g.values * scale), g.indices, g.dense_shape)))
+            sparse = isinstance(g, tf.IndexedSlices)
+            values = g.values if sparse else g
+            if factor is not None:
+                values = values * factor
+            if accumulator is None:
+                step = learning_rate * values
+            elif sparse:
+                accumulated = tf.gather(accumulator, g.indices) + values * values
+                updates.append(accumulator.scatter_update(tf.IndexedSlices(accumulated, g.indices, g.dense_shape)))
+                step = learning_rate * values / tf.sqrt(accumulated)
             else:
-                updates.append(part.assign_sub(learning_rate * (g * scale)))
+                accumulated = accumulator + values * values
+                updates.append(accumulator.assign(accumulated))
+                step = learning_rate * values / tf.sqrt(accumulated)
+            updates.append(part.scatter_sub(tf.IndexedSlices(step, g.indices, g.dense_shape)) if sparse
+                           else part.assign_sub(step))
     return tf.group(*updates)
+
+
+class _WholeTable(saveable_object.SaveableObject):
+    """A partitioned variable in a checkpoint as one tensor, its parts joined in row order (join_rows);
+    restoring splits it back."""
+
+    def __init__(self, parts, strategy, name):
+        self.parts, self.strategy = parts, strategy
+        whole = join_rows([part.read_value() for part in parts], strategy)
+        super().__init__(whole, [saveable_object.SaveSpec(whole, "", name)], name)
+
+    def restore(self, restored_tensors, restored_shapes):
+        rows = split_rows(restored_tensors[0], part_rows(sum(part.shape[0] for part in self.parts), len(self.parts),
+                                                          self.strategy))
+        return tf.group(*[part.assign(value) for part, value in zip(self.parts, rows)])
 
 
 def learning_rate(config, epoch):

@@ -32,8 +32,7 @@ def reference_step(config, seed, feed, num_workers):
         losses.append(loss)
         final_states.append(final_state)
         gradients.append(lm.worker_gradients(loss))
-    train_op, global_norm = model.sgd_update(config, lm.variable_list,
-                                             model.average_worker_gradients(gradients), feed.learning_rate)
+    train_op, global_norm = model.update(lm, model.average_worker_gradients(gradients), feed.learning_rate)
     return lm, tf.add_n(losses) / num_workers, tf.concat(final_states, axis=1), global_norm, train_op
 
 
@@ -54,7 +53,7 @@ def main():
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, batches, rows=slice(None))
     lm, loss, final_state, global_norm, train_op = reference_step(config, args.seed, feed, args.emulate_workers)
-    saver = tf.compat.v1.train.Saver(lm.variables)
+    saver = lm.saver()
 
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())

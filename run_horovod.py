@@ -52,8 +52,8 @@ def main():
     # Horovod: average over workers; IndexedSlices are allgathered, dense tensors allreduced.
     gradients = [hvd.allreduce(g, op=hvd.Average) for g in gradients]
     global_loss = hvd.allreduce(loss, op=hvd.Average)
-    train_op, global_norm = model.sgd_update(config, lm.variable_list, gradients, feed.learning_rate)
-    saver = tf.compat.v1.train.Saver(lm.variables)
+    train_op, global_norm = model.update(lm, gradients, feed.learning_rate)
+    saver = lm.saver()
 
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())

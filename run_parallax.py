@@ -97,10 +97,11 @@ def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
 
 def chief_sparse_update(config, lm, sparse, parts, received, dense_norms, scale_queues, learning_rate, divisor):
     """Parallax: the chief combines the sparse gradients on their parameter servers, computes the global norm
-    from both kinds (`dense_norms`: the dense variables' prepared gradients and squared norms), applies the
-    sparse update there and hands every worker the clipping factor. Returns (the publishing ops, the ops that
-    let the workers start, the sparse rows received this step)."""
+    from both kinds (`dense_norms`: the dense variables' prepared gradients and squared norms, by name), applies
+    the sparse update there and hands every worker the clipping factor. Returns (the publishing ops, the ops
+    that let the workers start, the sparse rows received this step)."""
     variables = lm.variable_list
+    names = list(lm.variables)
     combined, rows = [], []
     for part, gradients in zip(parts, zip(*received)):
         with tf.device(part.device):  # on the part's parameter server: no round trip through the chief
@@ -108,11 +109,11 @@ def chief_sparse_update(config, lm, sparse, parts, received, dense_norms, scale_
             rows += [tf.shape(g.values)[0] for g in gradients]  # elsewhere, the rows themselves would travel
     combined = tf.nest.pack_sequence_as([variables[i] for i in sparse], combined)
     rows_received = tf.add_n(rows + [0])
-    sparse_norms = {i: model.gradient_and_squared_norm(variables[i], g) for i, g in zip(sparse, combined)}
+    sparse_norms = {names[i]: model.prepare_gradient(lm, names[i], g) for i, g in zip(sparse, combined)}
     norms = {**dense_norms, **sparse_norms}
-    global_norm, scale = model.clip_scale(config, [norms[i][1] for i in range(len(variables))])
-    with tf.control_dependencies([model.apply_gradient(variables[i], sparse_norms[i][0], scale, learning_rate)
-                                  for i in sparse]):
+    global_norm, scale = model.clip_scale(config, [norms[name][1] for name in names])
+    with tf.control_dependencies([model.apply_gradient(lm, name, sparse_norms[name][0], scale, learning_rate)
+                                  for name in sparse_norms]):
         publish = [q.enqueue([scale, global_norm]) for q in scale_queues]
     start = [q.enqueue([0.0, 0.0]) for q in scale_queues]
     return publish, start, rows_received
@@ -128,12 +129,11 @@ class HybridStep:
         loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
                                     lm.dropout_masks(args.seed, feed.step, rows),
                                     lm.sampled_candidates(args.seed, feed.step))
-        gradients, variables = lm.worker_gradients(loss), lm.variable_list
-        self.sparse = [i for i, name in enumerate(lm.variables) if kinds[name] == "sparse"]
-        dense = [i for i, name in enumerate(lm.variables) if kinds[name] == "dense"]
+        gradients, variables, names = lm.worker_gradients(loss), lm.variable_list, list(lm.variables)
+        self.sparse = [i for i, name in enumerate(names) if kinds[name] == "sparse"]
         # Parallax: dense gradients are averaged by allreduce, and kept on every worker.
-        dense_norms = {i: model.gradient_and_squared_norm(variables[i], hvd.allreduce(gradients[i], op=hvd.Average))
-                       for i in dense}
+        dense_norms = {name: model.prepare_gradient(lm, name, hvd.allreduce(g, op=hvd.Average))
+                       for name, g in zip(names, gradients) if kinds[name] == "dense"}
         parts = tf.nest.flatten([variables[i] for i in self.sparse])
         send, received, self.num_senders, self.peers = send_sparse_gradients(
             args, parts, tf.nest.flatten([gradients[i] for i in self.sparse]), feed.step, rank, num_workers)
@@ -145,8 +145,8 @@ class HybridStep:
                 num_workers if args.average_sparse else 1)
         self.wait_for_start = scale_queues[rank].dequeue()
         scale, global_norm = scale_queues[rank].dequeue()  # the chief's clipping factor of this step
-        dense_update = [model.apply_gradient(variables[i], dense_norms[i][0], scale, feed.learning_rate)
-                        for i in dense]
+        dense_update = [model.apply_gradient(lm, name, dense_norms[name][0], scale, feed.learning_rate)
+                        for name in dense_norms]
         global_loss = hvd.allreduce(loss, op=hvd.Average)
         step_op = [send, dense_update] + ([publish] if chief else [])
         self.fetches = [global_loss, final_state, global_norm, step_op] + ([rows_received] if chief else [])
@@ -157,8 +157,8 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
     on the chief, records them and writes the checkpoint."""
     chief = args.task_index == 0
     done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
-    saver = tf.compat.v1.train.Saver(lm.variables)
-    replicated = [v for name, v in lm.variables.items() if kinds[name] == "dense"]
+    saver = lm.saver()
+    replicated = lm.state([name for name in lm.variables if kinds[name] == "dense"])  # with their accumulators
     if chief:
         ps.print_placement("run_parallax", lm, kinds)
 
@@ -167,7 +167,7 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
         session.run(hvd.broadcast_variables(replicated, root_rank=0))  # Parallax: rank 0's dense values
         if chief:  # the first run waits for the parameter servers to come up
             cluster.run(session, tf.compat.v1.variables_initializer(
-                tf.nest.flatten([lm.variable_list[i] for i in hybrid.sparse])), starting=True)
+                lm.state([name for name in lm.variables if kinds[name] == "sparse"])), starting=True)
             cluster.run(session, hybrid.start)
             recorder = Recorder(args, config, "run_parallax", num_workers)
         cluster.run(session, hybrid.wait_for_start, starting=True)
@@ -183,7 +183,7 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
             clock = now
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
-                            average_sparse=args.average_sparse, local_aggregation=args.local_aggregation,
+                            partition_strategy=args.partition_strategy, average_sparse=args.average_sparse, local_aggregation=args.local_aggregation,
                             sparse_senders=hybrid.num_senders, variable_kinds=kinds)
             cluster.run(session, done)  # the parameter servers may exit
 
@@ -207,7 +207,7 @@ def main():
     kinds = variable_kinds(config, args.seed, batches, rows)
     feed = StepFeed(config, batches, rows)
     with tf.compat.v1.device(hybrid_placement(kinds, len(args.ps_hosts), f"/job:worker/task:{rank}")):
-        lm = model.LSTMLanguageModel(config, args.seed, partitions=args.partitions)
+        lm = model.LSTMLanguageModel(config, args.seed, args.partitions, args.partition_strategy)
         hybrid = HybridStep(args, config, lm, kinds, feed, rows, rank, num_workers)
     train(args, config, cluster, lm, kinds, hybrid, feed, num_workers)
 

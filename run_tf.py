@@ -6,13 +6,13 @@ parameter-server tasks, every worker its own process and client, real gRPC serve
     python run_tf.py --job_name=worker --task_index=0 --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222
 
 It is run.py with the lines marked "PS:" changed. Variables live on the parameter servers, spread by size
-(greedy); the embedding may be split into --partitions parts. Each worker trains its rows of the global
+(greedy); the sparse variables may be split into --partitions parts (--partition_strategy). Each worker trains its rows of the global
 batch, reading the variables from the parameter servers.
 
 Synchronous (default): in step t every worker puts its gradient, tagged with t, into a queue of its own
 on the parameter server of each variable (capacity 1); the chief worker takes exactly one gradient from
 each worker's queue, in worker order, averages them there (model.average_worker_gradients), applies the
-update (model.sgd_update), and then hands every worker a token for step t + 1. So each update has exactly
+update (model.update), and then hands every worker a token for step t + 1. So each update has exactly
 one gradient of each worker for that step, none stale, and no worker reads variables before the update.
 
 Asynchronous (--sync=false): every worker applies its own gradient as soon as it has it, and the results
@@ -66,7 +66,7 @@ def main():
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
             cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}",
             ps_strategy=ps.GreedyBySize(len(args.ps_hosts)))):
-        lm = model.LSTMLanguageModel(config, args.seed, partitions=args.partitions)
+        lm = model.LSTMLanguageModel(config, args.seed, args.partitions, args.partition_strategy)
         loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
                                     lm.dropout_masks(args.seed, feed.step, rows),
                                     lm.sampled_candidates(args.seed, feed.step))
@@ -75,7 +75,7 @@ def main():
         step_graph = step_kind(config, lm, feed, loss, final_state, gradients, rank, num_workers,
                                batches.epoch_size)
     done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
-    saver = tf.compat.v1.train.Saver(lm.variables)
+    saver = lm.saver()
     if chief:
         ps.print_placement("run_tf", lm, ps.gradient_kinds(lm.variables, gradients))
 
@@ -94,7 +94,7 @@ def main():
         summary = step_graph.finish(cluster, session)
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
-                            **summary)
+                            partition_strategy=args.partition_strategy, **summary)
             cluster.run(session, done)  # the parameter servers may exit
 
 
@@ -119,8 +119,8 @@ class SynchronousStep:
             for index, part in enumerate(tf.nest.flatten(lm.variable_list)):
                 with tf.device(part.device):
                     averaged += model.average_worker_gradients([[worker[index]] for worker in received])
-            train_op, self.global_norm = model.sgd_update(
-                config, lm.variable_list, tf.nest.pack_sequence_as(lm.variable_list, averaged), feed.learning_rate)
+            train_op, self.global_norm = model.update(
+                lm, tf.nest.pack_sequence_as(lm.variable_list, averaged), feed.learning_rate)
             self.global_loss = tf.add_n([q.dequeue()[1] for q in loss_queues]) / num_workers
             with tf.control_dependencies([train_op]):
                 self.release = tf.group([q.enqueue([feed.step + 1]) for q in token_queues])
@@ -150,7 +150,7 @@ class AsynchronousStep:
         global_step = tf.compat.v1.get_variable("global_step", [], tf.int64, tf.zeros_initializer(),
                                                 trainable=False)
         read_step = global_step.read_value()
-        train_op, global_norm = model.sgd_update(config, lm.variable_list, gradients, feed.learning_rate)
+        train_op, global_norm = model.update(lm, gradients, feed.learning_rate)
         with tf.control_dependencies([train_op]):
             applied_step = global_step.assign_add(1)
         self.fetches = [loss, final_state, global_norm, read_step, applied_step]
@@ -195,12 +195,22 @@ class SyncReplicasStep:
         # The chief's queue runner applies the update without a feed, so the rate is computed from the step.
         epoch = tf.cast(global_step // epoch_size, tf.float32)
         rate = config.learning_rate * config.lr_decay ** tf.maximum(epoch + 1 - config.max_epoch, 0.0)
+        rule = config.update_rule
         self.optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(rate), replicas_to_aggregate=num_workers,
-            total_num_replicas=num_workers)
+            tf.compat.v1.train.AdagradOptimizer(rate, initial_accumulator_value=rule.initial_accumulator)
+            if rule.optimizer == "adagrad" else tf.compat.v1.train.GradientDescentOptimizer(rate),
+            replicas_to_aggregate=num_workers, total_num_replicas=num_workers)
+        # Each worker clips its own gradient (ptb_word_lm's, Parallax's) and scales the embedding's.
+        names = [name for name, variable in lm.variables.items() for _ in tf.nest.flatten(variable)]
         flat = tf.nest.flatten(gradients)
-        clipped, global_norm = tf.clip_by_global_norm(flat, config.max_grad_norm)  # per worker, as ptb_word_lm
-        train_op = self.optimizer.apply_gradients(zip(clipped, tf.nest.flatten(lm.variable_list)), global_step)
+        clip = [i for i, name in enumerate(names) if model.clipped(config, name)]
+        clipped, global_norm = tf.clip_by_global_norm([flat[i] for i in clip], config.max_grad_norm)
+        for i, g in zip(clip, clipped):
+            flat[i] = g
+        if rule.embedding_scale == "batch":
+            flat = [tf.IndexedSlices(g.values * float(config.batch_size), g.indices, g.dense_shape)
+                    if name == "embedding" else g for name, g in zip(names, flat)]
+        train_op = self.optimizer.apply_gradients(zip(flat, tf.nest.flatten(lm.variable_list)), global_step)
         with tf.control_dependencies([train_op]):
             applied_step = global_step.read_value()
         self.fetches = [loss, final_state, global_norm, applied_step]

@@ -1,4 +1,4 @@
-"""What does the O(rows) sparse update save? The training step of run.py (one worker) with model.sgd_update as
+"""What does the O(rows) sparse update save? The training step of run.py (one worker) with model.update as
 it is, which scatters a sparse gradient into the rows it touches, against the same step with the rule it
 replaced, which first summed every sparse gradient into a dense table and then updated the whole table
 (`densify`). Each round runs both at the same time, each pinned to its own core (so both see the same moment
@@ -35,7 +35,7 @@ BYTES_COUNTED_STEPS = 20
 
 def densify(variables, gradients):
     """The rule before the O(rows) update, as gradients for today's: each sparse gradient summed into a dense
-    tensor as large as its (unpartitioned) variable, so that model.sgd_update updates whole tables."""
+    tensor as large as its (unpartitioned) variable, so that model.update updates whole tables."""
     return [tf.math.unsorted_segment_sum(g.values, g.indices, v.shape[0]) if isinstance(g, tf.IndexedSlices) else g
             for v, g in zip(variables, gradients)]
 
@@ -48,7 +48,7 @@ def train_step(config, seed, feed, update):
     gradients = lm.worker_gradients(loss)
     if update == "dense":
         gradients = densify(lm.variable_list, gradients)
-    train_op, _ = model.sgd_update(config, lm.variable_list, gradients, feed.learning_rate)
+    train_op, _ = model.update(lm, gradients, feed.learning_rate)
     return loss, final_state, train_op
 
 

@@ -22,6 +22,9 @@ def add_cluster_flags(parser):
                          "how many of the step's tasks, the first ones, are parameter servers", lower_bound=1,
                          flag_values=parser)
     flags.DEFINE_integer("partitions", 1, "parts each sparse variable is split into, by rows", lower_bound=1, flag_values=parser)
+    flags.DEFINE_enum("partition_strategy", "mod", list(model.PARTITION_STRATEGIES), "which rows each part holds: "
+                      "mod, round robin (word i in part i % P, TensorFlow 1's default, which Parallax ran), or div, "
+                      "contiguous ranges (TensorFlow 2's tf.nn.embedding_lookup)", flag_values=parser)
     flags.DEFINE_integer("timeout", 20, "seconds without progress after which a task looks for a dead task and exits",
                          lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("startup_timeout", 120, "seconds a task waits for the others to start before it calls "
@@ -33,7 +36,11 @@ def check_cluster_flags(args):
     tasks = args.ps_hosts if args.job_name == "ps" else args.worker_hosts
     if args.task_index >= len(tasks):
         raise harness.UsageError(f"--task_index={args.task_index}: there are only {len(tasks)} {args.job_name} tasks")
-    data.shard(flags.model_config(args).batch_size, 0, len(args.worker_hosts))
+    config = flags.model_config(args)
+    data.shard(config.batch_size, 0, len(args.worker_hosts))
+    if args.partitions > config.vocab_size:
+        raise harness.UsageError(f"--partitions={args.partitions}: more parts than the {config.vocab_size:,} rows "
+                                 f"of a {config.name} table")
     for flag, addresses in (("--ps_hosts", args.ps_hosts), ("--worker_hosts", args.worker_hosts)):
         for host in {address.rsplit(":", 1)[0] for address in addresses}:
             try:

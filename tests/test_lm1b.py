@@ -11,6 +11,7 @@ from conftest import bit_identical, checkpoint_tensors, launch_and_wait, read_js
 LM1B_TINY = ["--config=lm1b-tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
 SYNCHRONOUS = {  # name: (architecture, launcher flags, runner flags)
     "tf": ("tf", ["--ps=2"], ["--partitions=3"]),
+    "tf_div": ("tf", ["--ps=2"], ["--partitions=3", "--partition_strategy=div"]),
     "horovod": ("horovod", [], []),
     "horovod_sparse_as_dense": ("horovod", [], ["--sparse_as_dense"]),
     "parallax": ("parallax", ["--ps=2"], ["--partitions=3"]),
@@ -31,10 +32,12 @@ def runs(tmp_path_factory):
 @pytest.mark.parametrize("name", list(SYNCHRONOUS))
 def test_two_workers_match_the_reference_bit_for_bit(runs, name):
     """The candidates are drawn from (seed, step) alone, so every worker's sampled softmax is a shard of the
-    reference's; with partitioned tables (tf, parallax) too."""
+    reference's; with partitioned tables (tf, parallax: round robin; tf_div: contiguous ranges) too, Adagrad's
+    accumulators included."""
     work, _ = runs
     reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / f"ckpt/{name}")
-    assert sorted(trained) == sorted(model.variable_shapes(model.CONFIGS["lm1b-tiny"]))
+    names = list(model.variable_shapes(model.CONFIGS["lm1b-tiny"]))
+    assert sorted(trained) == sorted(names + [f"{n}/Adagrad" for n in names])
     assert [n for n in reference if not bit_identical(reference[n], trained[n])] == []
     losses = [[r["loss"] for r in read_jsonl(work / f"results/{run}.jsonl")] for run in ("reference", name)]
     assert losses[0] == losses[1]

@@ -16,11 +16,11 @@ TINY = model.CONFIGS["tiny"]
 LM1B_TINY = model.CONFIGS["lm1b-tiny"]
 
 
-def build(config=TINY, seed=1, rows=slice(None), partitions=1):
+def build(config=TINY, seed=1, rows=slice(None), partitions=1, strategy="mod"):
     """A graph with the model and one worker's loss on `rows`; returns (graph, lm, loss, feed)."""
     graph = tf.Graph()
     with graph.as_default():
-        lm = model.LSTMLanguageModel(config, seed, partitions)
+        lm = model.LSTMLanguageModel(config, seed, partitions, strategy)
         n = len(range(config.batch_size)[rows])
         inputs = tf.compat.v1.placeholder(tf.int32, [n, config.num_steps])
         step = tf.constant(3, tf.int64)
@@ -30,9 +30,10 @@ def build(config=TINY, seed=1, rows=slice(None), partitions=1):
 
 
 def initial_values(graph, lm):
-    """{name: value} of every variable after initialisation, a partitioned one with its parts concatenated."""
+    """{name: value} of every variable after initialisation, a partitioned one with its parts joined in row order."""
     with graph.as_default():
-        whole = {name: tf.concat(lm.parts(name), 0) if name in lm.partitioned else v for name, v in lm.variables.items()}
+        whole = {name: model.join_rows([p.read_value() for p in lm.parts(name)], lm.strategy)
+                 if name in lm.partitioned else v for name, v in lm.variables.items()}
     with tf.compat.v1.Session(graph=graph) as session:
         session.run(tf.compat.v1.global_variables_initializer())
         return session.run(whole)
@@ -64,15 +65,53 @@ def test_variables_hold_the_documented_initial_values():
     assert not np.array_equal(values["lstm_0/bias"], values["lstm_1/bias"][:64])  # keyed by the name
 
 
-def test_initial_values_do_not_depend_on_the_partitioning():
-    """A part generates exactly its rows of the whole value; lm1b-tiny's rows of 6 numbers put the parts'
-    first elements inside Philox blocks of 4, and softmax_b's rows of one number everywhere."""
+@pytest.mark.parametrize("strategy", model.PARTITION_STRATEGIES)
+def test_initial_values_do_not_depend_on_the_partitioning(strategy):
+    """A part generates exactly its rows of the whole value, contiguous ("div") or every 4th ("mod");
+    lm1b-tiny's rows of 6 numbers put the rows' first elements inside Philox blocks of 4, and softmax_b's rows
+    of one number everywhere."""
     whole = initial_values(*build(LM1B_TINY)[:2])
-    graph, lm, _, _ = build(LM1B_TINY, partitions=4)
+    graph, lm, _, _ = build(LM1B_TINY, partitions=4, strategy=strategy)
     assert set(lm.partitioned) == {"embedding", "softmax_w", "softmax_b"}
     assert all(len(lm.parts(name)) == 4 for name in lm.partitioned)
     parted = initial_values(graph, lm)
     assert all(bit_identical(whole[name], parted[name]) for name in whole)
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        part_1 = session.run(lm.parts("embedding")[1])
+    rows_of_part_1 = np.arange(1, 500, 4) if strategy == "mod" else np.arange(125, 250)
+    assert bit_identical(part_1, whole["embedding"][rows_of_part_1])
+
+
+def test_mod_places_word_i_in_part_i_mod_p_as_tensorflow_1_did():
+    """TensorFlow 1's embedding_lookup(params, ids, partition_strategy="mod") (still in tf.compat.v1): id i is
+    row i // P of params[i % P]. The parts hold exactly those rows, so a lookup of every word gives the whole
+    table in word order; the same with "div", contiguous ranges."""
+    assert model.part_rows(10, 3, "mod") == [range(0, 10, 3), range(1, 10, 3), range(2, 10, 3)]
+    assert model.part_rows(10, 3, "div") == [range(0, 4), range(4, 7), range(7, 10)]
+    for strategy in model.PARTITION_STRATEGIES:
+        with tf.Graph().as_default():
+            sizes = [len(rows) for rows in model.part_rows(10, 3, strategy)]
+            assert sizes == [4, 3, 3]  # both strategies: the first 10 % 3 parts one row longer
+            values = np.arange(20, dtype=np.float32).reshape(10, 2)
+            split = model.split_rows(tf.constant(values), model.part_rows(10, 3, strategy))
+            looked_up = tf.compat.v1.nn.embedding_lookup(split, tf.range(10), partition_strategy=strategy)
+            with tf.compat.v1.Session() as session:
+                found, joined, split = session.run([looked_up, model.join_rows(split, strategy), split])
+        np.testing.assert_array_equal(found, values)
+        np.testing.assert_array_equal(joined, values)
+        if strategy == "mod":
+            np.testing.assert_array_equal(split[1], values[[1, 4, 7]])
+
+
+def test_strided_rows_draw_the_numbers_of_tensorflows_generator():
+    """initial_value's own Philox (for the rows of a "mod" part) gives the numbers TensorFlow's kernel gives
+    for the whole value, at rows whose first element starts anywhere in a block of 4."""
+    for name in ("embedding", "softmax_b", "lstm_0/kernel"):
+        whole = model.initial_value(LM1B_TINY, 3, name).numpy()
+        for rows in (range(1, 500, 4), range(3, 31, 7), range(0, 1, 2)):
+            rows = range(rows.start, min(rows.stop, len(whole)), rows.step)
+            assert bit_identical(model.initial_value(LM1B_TINY, 3, name, rows).numpy(), whole[list(rows)])
 
 
 @pytest.mark.parametrize("config", [TINY, LM1B_TINY], ids=lambda c: c.name)
@@ -134,15 +173,24 @@ def test_averaging_two_workers_concatenates_sparse_rows_and_halves_everything():
     np.testing.assert_array_equal(dense, [2.0, 3.5])
 
 
+def two_variables(config, table, bias):
+    """A stand-in for LSTMLanguageModel with a sparse "embedding" and a dense "lstm_0/bias"."""
+    variables = {"embedding": tf.Variable(table), "lstm_0/bias": tf.Variable(bias)}
+    accumulators = {name: tf.Variable(tf.fill(v.shape, config.update_rule.initial_accumulator))
+                    for name, v in variables.items()}
+    return argparse.Namespace(config=config, variables=variables, accumulators=accumulators, partitioned=(),
+                              strategy="mod")
+
+
 def test_the_update_clips_the_global_norm_and_takes_a_step():
     config = model.Config("t", 4, 1, 1, 1, 1, 0.1, learning_rate=0.5, max_grad_norm=1.0, keep_prob=1.0,
                           max_epoch=1, lr_decay=1.0)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        table = tf.Variable(np.zeros([4, 2], np.float32))
-        bias = tf.Variable(np.zeros([2], np.float32))
+        lm = two_variables(config, np.zeros([4, 2], np.float32), np.zeros([2], np.float32))
+        table, bias = lm.variables.values()
         gradients = [tf.IndexedSlices(tf.constant([[3.0, 0.0], [0.0, 0.0]]), tf.constant([2, 2]),
                                       tf.constant([4, 2])), tf.constant([0.0, 4.0])]
-        train_op, norm = model.sgd_update(config, [table, bias], gradients, 0.5)
+        train_op, norm = model.update(lm, gradients, 0.5)
         session.run(tf.compat.v1.global_variables_initializer())
         norm, _ = session.run([norm, train_op])
         table, bias = session.run([table, bias])
@@ -154,9 +202,10 @@ def test_the_update_clips_the_global_norm_and_takes_a_step():
 
 @pytest.mark.parametrize("name", ["small", "lm1b-tiny"])
 def test_the_scatter_update_equals_the_dense_update_bit_for_bit(name):
-    """sgd_update scatters a sparse gradient into the rows it touches; summing it into a dense table first and
+    """update scatters a sparse gradient into the rows it touches; summing it into a dense table first and
     updating the whole table (the rule before, bench/sparse_update.densify) gives the same bits: the norm,
-    and every variable. Two workers' gradients of one step of real shapes."""
+    and every variable and accumulator (lm1b-tiny: Adagrad). Two workers' gradients of one step of real
+    shapes."""
     config = model.CONFIGS[name]
     batches = data.Batches(data.synthetic_tokens(config.vocab_size, 1), config.batch_size, config.num_steps)
     inputs, targets = batches(0)
@@ -172,14 +221,15 @@ def test_the_scatter_update_equals_the_dense_update_bit_for_bit(name):
                               lm.sampled_candidates(1, step))
             gradients.append(lm.worker_gradients(loss))
         averaged = model.average_worker_gradients(gradients)
-        updates = {"scatter": model.sgd_update(config, lm.variable_list, averaged, 0.5),
-                   "dense": model.sgd_update(config, lm.variable_list, densify(lm.variable_list, averaged), 0.5)}
+        updates = {"scatter": model.update(lm, averaged, 0.5),
+                   "dense": model.update(lm, densify(lm.variable_list, averaged), 0.5)}
+        state = {v.op.name: v for v in lm.state()}
     results = {}
     config_of_every_runner = determinism.session_config(argparse.Namespace(intra_op_threads=1, inter_op_threads=1))
     with tf.compat.v1.Session(graph=graph, config=config_of_every_runner) as session:
         for kind, (train_op, norm) in updates.items():
             session.run(tf.compat.v1.global_variables_initializer())
-            results[kind] = session.run([norm, train_op])[0], session.run(lm.variables)
+            results[kind] = session.run([norm, train_op])[0], session.run(state)
     (scatter_norm, scatter), (dense_norm, dense) = results["scatter"], results["dense"]
     assert bit_identical(scatter_norm, dense_norm)
     assert all(bit_identical(scatter[name], dense[name]) for name in scatter)
@@ -189,23 +239,120 @@ def test_the_scatter_update_equals_the_dense_update_bit_for_bit(name):
 
 def test_sampled_candidates_are_drawn_from_the_seed_and_the_step_alone():
     """Every worker builds its own graph and every emulated shard calls sampled_candidates again: all of them
-    draw the same words, Zipfian over the vocabulary, and another step or seed draws others."""
+    draw the same words, num_sampled distinct ones, Zipfian over the vocabulary, and another step or seed
+    draws others."""
     def candidates(seed, step, rows):
         graph, lm, _, _ = build(LM1B_TINY, rows=rows)
         with graph.as_default():
-            words = [lm.sampled_candidates(seed, tf.constant(s, tf.int64)) for s in range(step, step + 50)]
+            drawn = [lm.sampled_candidates(seed, tf.constant(s, tf.int64)) for s in range(step, step + 50)]
         with tf.compat.v1.Session(graph=graph) as session:
-            return np.stack(session.run(words))
+            drawn = session.run(drawn)
+        return np.stack([words for words, _ in drawn]), np.array([tries for _, tries in drawn])
 
-    reference = candidates(1, 7, slice(None))
+    reference, tries = candidates(1, 7, slice(None))
     for r in range(2):
-        np.testing.assert_array_equal(candidates(1, 7, data.shard(LM1B_TINY.batch_size, r, 2)), reference)
+        words, their_tries = candidates(1, 7, data.shard(LM1B_TINY.batch_size, r, 2))
+        np.testing.assert_array_equal(words, reference)
+        np.testing.assert_array_equal(their_tries, tries)
     assert reference.dtype == np.int32 and reference.shape == (50, LM1B_TINY.num_sampled)
+    assert all(len(np.unique(step)) == LM1B_TINY.num_sampled for step in reference)  # distinct, as unique=True
+    assert (tries >= LM1B_TINY.num_sampled).all() and (tries > LM1B_TINY.num_sampled).any()
     assert not np.array_equal(reference[1:], reference[:-1])  # each step its own
-    assert not np.array_equal(candidates(2, 7, slice(None)), reference)
+    assert not np.array_equal(candidates(2, 7, slice(None))[0], reference)
     assert reference.min() >= 0 and reference.max() < LM1B_TINY.vocab_size
-    # log-uniform over 500 words: P(word < 50) = ln(51) / ln(501) = 0.63
-    assert (reference < 50).mean() == pytest.approx(np.log(51) / np.log(501), abs=0.05)
+    # the first candidate is the first draw, log-uniform over 500 words: P(word < 50) = ln(51) / ln(501) = 0.63
+    assert (reference[:, 0] < 50).mean() == pytest.approx(np.log(51) / np.log(501), abs=0.2)
+
+
+def test_expected_counts_are_those_of_tensorflows_unique_sampler():
+    """tf.random.log_uniform_candidate_sampler(unique=True) reports each candidate's expected count from the
+    number of draws it took, which it does not report: found here from one candidate's count, the formula
+    of the loss must give every other count TensorFlow reports. TensorFlow computes in float32 (its
+    ExpectedCountHelper takes a float probability), the loss in float64 rounded to float32: a relative
+    difference of a few float32 roundings, 1e-5 at most; the with-replacement formula, num_sampled * p, is
+    off by more than 50% for the frequent words."""
+    vocab, num_sampled = 500, 32
+    config = model.dataclasses.replace(LM1B_TINY, vocab_size=vocab, num_sampled=num_sampled)
+    true = tf.constant([[1], [7], [400]], tf.int64)
+    candidates, true_count, sampled_count = tf.random.log_uniform_candidate_sampler(
+        true, 1, num_sampled, unique=True, range_max=vocab, seed=3)
+    p = np.log1p(1.0 / (candidates.numpy() + 1.0)) / np.log(vocab + 1.0)
+    tries = int(round(np.log1p(-sampled_count.numpy()[0]) / np.log1p(-p[0])))
+    words = np.concatenate([true.numpy()[:, 0], candidates.numpy()]).astype(np.int32)
+    assert tries > num_sampled
+    graph = tf.Graph()
+    with graph.as_default():
+        lm = model.LSTMLanguageModel(config, 1)
+        log_counts = lm.log_expected_count(tf.constant(words), tf.constant(tries))
+    with tf.compat.v1.Session(graph=graph) as session:
+        counts = np.exp(session.run(log_counts))
+    ours = counts.astype(np.float64)
+    theirs = np.concatenate([true_count.numpy()[:, 0], sampled_count.numpy()]).astype(np.float64)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    with_replacement = num_sampled * np.log1p(1.0 / (words + 1.0)) / np.log(vocab + 1.0)
+    assert np.max(np.abs(with_replacement / theirs - 1)) > 0.5
+
+
+def test_adagrad_takes_tensorflows_adagrad_step():
+    """PARALLAX_LM1B's update of one step against tf.compat.v1.train.AdagradOptimizer(0.2,
+    initial_accumulator_value=1.0) on the same gradients, sparse and dense: the accumulators bit for bit (both
+    add g * g), the variables within 2 float32 ulps (TensorFlow's kernel multiplies by an approximate
+    1/sqrt(acc), ours divides by the correctly rounded sqrt(acc); docstring of model.apply_gradient)."""
+    config = model.dataclasses.replace(LM1B_TINY, max_grad_norm=0.0)  # no clipping: the bare optimiser
+    rng = np.random.default_rng(1)
+    table, bias = rng.standard_normal([50, 6]).astype(np.float32), rng.standard_normal([8]).astype(np.float32)
+    rows = np.array([3, 17, 40], np.int32)
+    values = rng.standard_normal([3, 6]).astype(np.float32)
+    dense = rng.standard_normal([8]).astype(np.float32)
+    results = []
+    for ours in (True, False):
+        with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+            lm = two_variables(config, table, bias)
+            gradients = [tf.IndexedSlices(tf.constant(values), tf.constant(rows), tf.constant([50, 6])),
+                         tf.constant(dense)]
+            if ours:
+                step, _ = model.update(lm, gradients, 0.2)
+                slots = list(lm.accumulators.values())
+            else:
+                gradients[0] = tf.IndexedSlices(gradients[0].values * 4.0, gradients[0].indices,
+                                                gradients[0].dense_shape)  # the embedding: times the batch of 4
+                optimizer = tf.compat.v1.train.AdagradOptimizer(0.2, initial_accumulator_value=1.0)
+                step = optimizer.apply_gradients(zip(gradients, lm.variables.values()))
+                slots = [optimizer.get_slot(v, "accumulator") for v in lm.variables.values()]
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(step)
+            results.append(session.run([*lm.variables.values(), *slots]))
+    (table_ours, bias_ours, *slots_ours), (table_tf, bias_tf, *slots_tf) = results
+    assert all(bit_identical(a, b) for a, b in zip(slots_ours, slots_tf))
+    assert bit_identical(table_ours[[0, 1, 2, 49]], table[[0, 1, 2, 49]])  # untouched rows stay
+    for a, b in ((table_ours, table_tf), (bias_ours, bias_tf)):
+        assert np.max(np.abs(a - b) / np.spacing(np.abs(b))) <= 2
+    assert not np.allclose(table_ours[rows], table[rows])
+
+
+@pytest.mark.parametrize("strategy", model.PARTITION_STRATEGIES)
+def test_a_checkpoint_holds_whole_tables_whatever_the_partitioning(tmp_path, strategy):
+    """Saved from 4 parts, restored into 3 of the other strategy: the same names and values as an
+    unpartitioned model's, accumulators ("<name>/Adagrad") included."""
+    whole = initial_values(*build(LM1B_TINY)[:2])
+    graph, lm, _, _ = build(LM1B_TINY, partitions=4, strategy=strategy)
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(lm.accumulators["softmax_w"][2].assign_add(tf.ones_like(lm.accumulators["softmax_w"][2])))
+        prefix = lm.saver().save(session, str(tmp_path / "model.ckpt"))
+    reader = tf.train.load_checkpoint(prefix)
+    names = list(model.variable_shapes(LM1B_TINY))
+    assert sorted(reader.get_variable_to_shape_map()) == sorted(names + [n + "/Adagrad" for n in names])
+    assert all(bit_identical(reader.get_tensor(n), whole[n]) for n in names)
+    accumulator = reader.get_tensor("softmax_w/Adagrad")
+    bumped = model.part_rows(LM1B_TINY.vocab_size, 4, strategy)[2]
+    assert (accumulator[list(bumped)] == 2.0).all() and (np.delete(accumulator, list(bumped), 0) == 1.0).all()
+    other = "div" if strategy == "mod" else "mod"
+    graph, lm, _, _ = build(LM1B_TINY, seed=9, partitions=3, strategy=other)
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        lm.saver().restore(session, prefix)
+        joined = session.run(model.join_rows([p.read_value() for p in lm.accumulators["softmax_w"]], other))
+    assert bit_identical(joined, accumulator)
 
 
 def test_the_learning_rate_follows_the_paper_schedule():
