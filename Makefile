@@ -1,5 +1,6 @@
 # make verify   the main job (installs what it needs first)
 # make test     the test suite
+# make data     the Penn Treebank (Mikolov's simple-examples.tgz) under data/ptb: make verify DATA=data/ptb
 # make run      single-device reference training          (run.py)
 # make run-tf   parameter servers, TensorFlow's runtime   (run_tf.py; ARGS=--sync=false for async)
 # make run-horovod  allreduce with Horovod                (run_horovod.py)
@@ -22,6 +23,7 @@
 #   ARGS      any other flags, passed through
 #   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
+#   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)
 CONFIG   ?= small
 STEPS    ?= 300
 WARMUP   ?= 50
@@ -37,6 +39,7 @@ ARGS     ?=
 BENCH    ?=
 RESULTS  ?= results
 REPORT   ?= report
+PTB_URL  ?=
 
 VERIFY_STEPS := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),60)
 given = $(if $(filter command line environment,$(origin $(1))),$(2))
@@ -47,7 +50,7 @@ RUN_FLAGS = --config=$(CONFIG) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=
             $(if $(DATA),--data_path=$(DATA))
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 
-.PHONY: setup test run run-tf run-horovod run-parallax verify bench bench-overhead report clean
+.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead report clean
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh
@@ -56,6 +59,10 @@ setup: .venv/.setup-done
 
 test: setup
 	$(PYTHON) -m pytest -q tests
+
+# Standard library only: python3 when make setup has not made the venv yet.
+data:
+	$(or $(wildcard $(PYTHON)),python3) scripts/get_data.py --out_dir=data/ptb $(if $(PTB_URL),--url=$(PTB_URL))
 
 run: setup
 	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(ARGS)
