@@ -5,7 +5,8 @@ against the traffic model (bench/traffic.py, docs/bench.md).
     python bench/run.py --quick                                               (make bench BENCH=quick)
 
 Sweeps runners x workers x configs x repeats. Every run goes through the launcher with --net: one machine per
-worker, one parameter server per machine (Parallax's setup), each machine's link shaped to the rate. Scaling
+worker, one parameter server per machine (Parallax's setup), each machine's link shaped to the rate, every sparse
+variable of a parameter-server run in one round-robin part per server (--partitions=PS, as Parallax). Scaling
 is weak by default, as the field measures it (tf_cnn_benchmarks, Horovod's synthetic benchmark): every worker
 keeps the config's batch, so W workers train a global batch W times the config's (--batch_size). With
 --scaling=strong the W workers share the config's batch, as verify's runs do. Before the sweep, run.py trains
@@ -153,14 +154,20 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     cluster = netns.EmulatedCluster(machines, args.net)  # for the placement only: nothing is built here
     workers, servers = cluster.place(num_workers, num_ps)
     byte_rate = args.net.bits_per_second / 8
+    # With parameter servers, every sparse variable in one part per server (round robin), as Parallax runs it.
+    partitions = num_ps if architecture in ("tf", "parallax") else 1
+    if partitions > 1:
+        runner_flags = [*runner_flags, f"--partitions={partitions}"]
     predicted, network_term = traffic.predict(kind, variables, rows, num_workers, num_ps,
-                                              machine_of_tasks(cluster.addresses, workers, servers), byte_rate)
+                                              machine_of_tasks(cluster.addresses, workers, servers), byte_rate,
+                                              partitions)
     # W tasks on CORES cores: each worker computes 1/W of the global batch, but no faster than the cores allow.
     compute = one_device_throughput["median_step_seconds"]
     compute_share = batch_size / model.CONFIGS[args.config].batch_size * max(1 / num_workers, 1 / CORES)
     compute_term = compute * compute_share
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
-              "scaling": args.scaling, "batch_size": batch_size, "workers": num_workers, "ps": num_ps, "machines": machines, "link": str(args.net),
+              "scaling": args.scaling, "batch_size": batch_size, "workers": num_workers, "ps": num_ps,
+              "partitions": partitions, "machines": machines, "link": str(args.net),
               "bits_per_second": args.net.bits_per_second, "repeat": repeat,
               "one_device_words_per_sec": one_device_throughput["median"],
               "compute_seconds_one_device": compute, "compute_share": compute_share,

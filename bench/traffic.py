@@ -88,14 +88,10 @@ def touched_rows(config, args, variables, num_workers, sample_steps):
     return Rows(found)
 
 
-def parts(variable, partitions):
-    """Row ranges [start, stop) of a sparse variable's parts (tf.fixed_size_partitioner: the first rows % n
-    parts one row longer); a dense variable is one part."""
-    n = partitions if variable.kind == "sparse" else 1
-    rows = variable.shape[0]
-    sizes = [rows // n + (1 if i < rows % n else 0) for i in range(n)]
-    starts = np.cumsum([0] + sizes)
-    return list(zip(starts[:-1], starts[1:]))
+def parts(variable, partitions, strategy="mod"):
+    """The rows of each part of a sparse variable, as ranges (model.part_rows: round robin or contiguous); a
+    dense variable is one part."""
+    return model.part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, strategy)
 
 
 def greedy_placement(sizes, num_ps):
@@ -108,8 +104,10 @@ def greedy_placement(sizes, num_ps):
     return placed
 
 
-def _count(indices, start, stop):
-    return int(np.count_nonzero((indices >= start) & (indices < stop)))
+def _count(indices, rows):
+    """How many of `indices` fall in the range `rows`."""
+    inside = (indices >= rows.start) & (indices < rows.stop) & ((indices - rows.start) % rows.step == 0)
+    return int(np.count_nonzero(inside))
 
 
 PULL, EXCHANGE = "pull", "exchange"  # the phases: reading variables; then sending gradients (and collectives)
@@ -132,7 +130,8 @@ def _ring_allgather(chunks):
     return [(f"worker{r}", f"worker{(r + 1) % n}", sum(chunks) - chunks[(r + 1) % n], EXCHANGE) for r in range(n)]
 
 
-def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None):
+def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None,
+          strategy="mod"):
     """[(from task, to task, bytes, phase)] of one step (`step_rows`: one element of Rows.steps), for:
 
     ps               run_tf.py: every variable on the parameter servers; each worker pulls the dense variables
@@ -142,7 +141,10 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     allreduce-dense  run_horovod.py --sparse_as_dense: ring allreduce of every gradient, sparse ones densified
     hybrid           run_parallax.py: sparse variables on the parameter servers as in ps, dense ones allreduced
     hybrid-local     run_parallax.py --local_aggregation: as hybrid, but each machine's first worker pushes the
-                     union of its machine's rows (`machine_groups`: the workers of each machine)"""
+                     union of its machine's rows (`machine_groups`: the workers of each machine)
+
+    Sparse variables are split into `partitions` parts by `strategy` (model.part_rows) and the parts spread over
+    the servers by size, as the runners place them."""
     found = []
     sparse = [v for v in variables if v.kind == "sparse"]
     dense = [v for v in variables if v.kind == "dense"]
@@ -157,21 +159,21 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     on_ps = variables if architecture == "ps" else sparse
     if architecture in ("hybrid", "hybrid-local"):
         found += _ring(num_workers, sum(v.bytes for v in dense))
-    placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions)]
-    servers = greedy_placement([(stop - start) * v.row_bytes for v, (start, stop) in placed_parts], num_ps)
+    placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions, strategy)]
+    servers = greedy_placement([len(rows) * v.row_bytes for v, rows in placed_parts], num_ps)
     groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
-    for (v, (start, stop)), p in zip(placed_parts, servers):
+    for (v, rows), p in zip(placed_parts, servers):
         ps = f"ps{p}"
         for w in range(num_workers):
             if v.kind == "dense":
                 found += [(ps, f"worker{w}", v.bytes, PULL), (f"worker{w}", ps, v.bytes, EXCHANGE)]
             else:
-                gathered = _count(step_rows[w][v.name][0], start, stop)
+                gathered = _count(step_rows[w][v.name][0], rows)
                 found += [(f"worker{w}", ps, gathered * INDEX_BYTES, PULL),
                           (ps, f"worker{w}", gathered * v.row_bytes, PULL)]
         for group in (groups if v.kind == "sparse" else []):
             distinct = np.unique(np.concatenate([step_rows[w][v.name][1] for w in group]))
-            found.append((f"worker{group[0]}", ps, _count(distinct, start, stop) * (v.row_bytes + INDEX_BYTES),
+            found.append((f"worker{group[0]}", ps, _count(distinct, rows) * (v.row_bytes + INDEX_BYTES),
                           EXCHANGE))
     return found
 
@@ -195,13 +197,14 @@ def network_seconds(step_flows, machine_of, bytes_per_second):
                for phase in (PULL, EXCHANGE))
 
 
-def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1):
+def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
+            strategy="mod"):
     """(each machine's (sent, received) bytes per step, the step's network seconds), averaged over the sampled
     steps of `rows`; `machine_of[task]`: the machine index of every task."""
     groups = {}
     for w in range(num_workers):
         groups.setdefault(machine_of[f"worker{w}"], []).append(w)
-    per_step = [flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()))
+    per_step = [flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()), strategy)
                 for step in (rows.steps or [None])]
     per_machine = [link_bytes(f, machine_of) for f in per_step]
     return ([tuple(float(np.mean([s[m][k] for s in per_machine])) for k in (0, 1))

@@ -60,6 +60,19 @@ def test_a_parameter_server_worker_pulls_what_it_gathers_and_pushes_its_distinct
     assert sent[("worker1", "ps0")] == 400 + 1 * 4 + 1 * 24
 
 
+def test_round_robin_parts_spread_the_frequent_low_ids_over_every_server():
+    """Words 0-3, the most frequent of a frequency-sorted vocabulary: in contiguous parts ("div") all four
+    live on the first server; round robin ("mod", Parallax's) puts two on each."""
+    step = one_step([0, 1, 2, 3])
+    pushed = {}
+    for strategy in model.PARTITION_STRATEGIES:
+        flows = traffic.flows("ps", [TABLE], step, 1, 2, partitions=2, strategy=strategy)
+        pushed[strategy] = sorted((f[1], f[2]) for f in flows if f[0] == "worker0" and f[3] == traffic.EXCHANGE)
+    assert pushed["div"] == [("ps0", 4 * 24), ("ps1", 0)]
+    assert pushed["mod"] == [("ps0", 2 * 24), ("ps1", 2 * 24)]
+    assert [list(rows) for rows in traffic.parts(TABLE, 2, "mod")] == [list(range(0, 100, 2)), list(range(1, 100, 2))]
+
+
 def test_the_hybrid_allreduces_dense_and_local_aggregation_pushes_a_machine_s_union_once():
     step = one_step([1, 2], [2, 3], [1, 9], [9])
     plain = traffic.flows("hybrid", [DENSE, TABLE], step, 4, 2)
