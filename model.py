@@ -34,6 +34,7 @@ import dataclasses
 import math
 import zlib
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
@@ -254,6 +255,24 @@ def _philox_uniform(key, blocks):
     return tf.bitcast((words & tf.constant(0x7FFFFF, u32)) | tf.constant(0x3F800000, u32), tf.float32) - 1.0
 
 
+def draws_for_distinct(config):
+    """How many log-uniform draws sampled_candidates makes: twice the number at which the expected count of
+    distinct words, sum over words of 1 - (1 - p)^n, reaches num_sampled. The count of distinct words is a sum
+    of weakly dependent indicators (standard deviation below sqrt(num_sampled)), so twice the draws fall short
+    with a probability too small to matter; the graph checks it all the same."""
+    vocab, wanted = config.vocab_size, config.num_sampled
+    if wanted > vocab:
+        raise ValueError(f"{config.name}: {wanted} distinct candidates from a vocabulary of {vocab}")
+    log_miss = np.log1p(-np.log1p(1.0 / np.arange(1, vocab + 1)) / math.log(vocab + 1))  # log(1 - p) per word
+    low, high = wanted, wanted
+    while -np.expm1(high * log_miss).sum() < wanted:
+        low, high = high, 2 * high
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (middle + 1, high) if -np.expm1(middle * log_miss).sum() < wanted else (low, middle)
+    return 2 * high
+
+
 class LSTMLanguageModel:
     """The variables (created in the current device scope), their optimiser state, and the forward pass of one
     worker's rows."""
@@ -344,30 +363,24 @@ class LSTMLanguageModel:
         words, int32; the number of draws it took), as TF's log_uniform_candidate_sampler(unique=True) draws
         them: log-uniform (Zipfian) draws with replacement, value = floor(exp(u * log(vocab + 1))) - 1, kept in
         order of first appearance until num_sampled are distinct. The draws come from a stateless generator on
-        (seed, step) alone, in rounds of num_sampled, so every worker, and every shard of run.py
-        --emulate_workers, draws the same candidates (TF's samplers keep state of their own)."""
+        (seed, step) alone, so every worker, and every shard of run.py --emulate_workers, draws the same
+        candidates (TF's samplers keep state of their own).
+
+        A fixed number of draws (`draws_for_distinct`) rather than a loop until enough: a tf.while_loop in the
+        graph made the parameter-server runners' arithmetic differ from run.py's in the last bits (lm1b, W = 2)."""
         c = self.config
         if not c.num_sampled:
             return None
         stream = tf.random.experimental.stateless_fold_in(
             tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)]), _SAMPLER_STREAM)
-
-        def draw(round_):
-            uniform = tf.random.stateless_uniform([c.num_sampled], tf.random.experimental.stateless_fold_in(
-                stream, round_), dtype=tf.float64)
-            words = tf.cast(tf.floor(tf.exp(uniform * math.log(c.vocab_size + 1))), tf.int32) - 1
-            return tf.math.floormod(words, c.vocab_size)  # as TF's sampler; exp may round up to vocab_size + 1
-
-        def too_few(round_, draws):
-            return tf.size(tf.unique(draws)[0]) < c.num_sampled
-
-        def another_round(round_, draws):
-            return round_ + 1, tf.concat([draws, draw(round_ + 1)], 0)
-
-        _, draws = tf.while_loop(too_few, another_round, [tf.constant(0, tf.int64), draw(0)],
-                                 shape_invariants=[tf.TensorShape([]), tf.TensorShape([None])])
+        uniform = tf.random.stateless_uniform([draws_for_distinct(c)], stream, dtype=tf.float64)
+        draws = tf.cast(tf.floor(tf.exp(uniform * math.log(c.vocab_size + 1))), tf.int32) - 1
+        draws = tf.math.floormod(draws, c.vocab_size)  # as TF's sampler; exp may round up to vocab_size + 1
         distinct, position = tf.unique(draws)  # in order of first appearance
-        tries = tf.cast(tf.where(tf.equal(position, c.num_sampled - 1))[0, 0], tf.int32) + 1  # its first draw
+        enough = tf.debugging.assert_greater_equal(tf.size(distinct), c.num_sampled,
+                                                   message="too few distinct candidates drawn")
+        with tf.control_dependencies([enough]):
+            tries = tf.cast(tf.where(tf.equal(position, c.num_sampled - 1))[0, 0], tf.int32) + 1  # its first draw
         return distinct[:c.num_sampled], tries
 
     def log_expected_count(self, words, tries):

@@ -9,7 +9,8 @@ Python (docs/setup.md). This runner rebuilds its architecture on real engines, T
 runtime for the parameter servers and Horovod for the allreduce; it does not run Parallax's code.
 
 As Parallax does, it decides placement from the gradients: a variable whose gradient is tf.IndexedSlices
-is sparse and lives on the parameter servers (the embedding, in --partitions parts spread by size); every
+is sparse and lives on the parameter servers (the embedding, and lm1b's softmax, each in --partitions parts,
+round robin as Parallax's TensorFlow 1 split them, spread by size); every
 other variable is dense, replicated on every worker and averaged with hvd.allreduce. Each step, in one
 session.run per worker: every worker sends its sparse gradient, tagged with the step, to a queue of its
 own on the parameter servers and allreduces its dense gradients; the chief takes exactly one sparse

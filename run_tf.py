@@ -6,8 +6,8 @@ parameter-server tasks, every worker its own process and client, real gRPC serve
     python run_tf.py --job_name=worker --task_index=0 --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222
 
 It is run.py with the lines marked "PS:" changed. Variables live on the parameter servers, spread by size
-(greedy); the sparse variables may be split into --partitions parts (--partition_strategy). Each worker trains its rows of the global
-batch, reading the variables from the parameter servers.
+(greedy); the sparse variables may be split into --partitions parts (--partition_strategy). Each worker
+trains its rows of the global batch, reading the variables from the parameter servers.
 
 Synchronous (default): in step t every worker puts its gradient, tagged with t, into a queue of its own
 on the parameter server of each variable (capacity 1); the chief worker takes exactly one gradient from
