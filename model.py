@@ -553,16 +553,18 @@ def prepare_gradient(lm, name, gradient):
     the vocabulary, but one number per row, which is cheap) and the parts' vectors joined in row order, so
     sparse and dense gradients, any partitioning and either strategy give the norm the same bits."""
     parts, gradients = (lm.variables[name], gradient) if name in lm.partitioned else ([lm.variables[name]], [gradient])
-    prepared, row_squares = [], []
+    prepared, row_squares, norm_needed = [], [], clipped(lm.config, name)
     for part, g in zip(parts, gradients):
         with tf.device(part.device):
             if isinstance(g, tf.IndexedSlices):
                 g = deduplicate(g)
-                row_squares.append(tf.math.unsorted_segment_sum(_row_squares(g.values), g.indices, part.shape[0]))
-            else:
+                if norm_needed:
+                    row_squares.append(tf.math.unsorted_segment_sum(_row_squares(g.values), g.indices,
+                                                                    part.shape[0]))
+            elif norm_needed:
                 row_squares.append(_row_squares(g))
             prepared.append(g)
-    if not clipped(lm.config, name):
+    if not norm_needed:
         return prepared, None
     # Summed where the variable lives: a sparse variable's vector is as long as the vocabulary (3 MB for lm1b),
     # and from a parameter server it would otherwise travel to the worker every step.
