@@ -111,7 +111,10 @@ class Config:
 #   dropout           keep 0.9           keep 0.9
 #   forget-gate bias  +1                 +1
 #   moving average    0.999 of the LSTM  none               read only by evaluation; training never reads it
-#   initial values    unit-scaling       uniform +-0.05     one initialiser for every config here
+#   objective         loss x num_steps   the same           the loss summed over the unrolled steps, as ptb_word_lm's
+#   initial values    tables +-0.0019    uniform +-0.05     one initialiser for every config here; Parallax's
+#                     (unit scaling),                       bounds do not remove the early jumps of the loss
+#                     LSTM Glorot                           (measured: docs/architecture.md)
 # (Parallax's numbers are those of its example as the paper ran it; a later revision of its
 # language_model.py has a 128-unit state and batch x steps candidates.)
 
