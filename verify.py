@@ -35,7 +35,8 @@ import sys
 import time
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import flags, launch
+from harness import experiments, flags, launch
+from harness.experiments import RUNS
 from harness.starters import docker
 from harness.starters.ssh import Ssh
 
@@ -43,20 +44,6 @@ import checkpoints_compare
 import run
 
 REPO = os.path.dirname(os.path.abspath(__file__))
-
-
-# name: (how to run it, extra runner flags, the expected relation to the reference, why it may differ by
-# rounding with more than 2 workers: None where it must stay identical at any W)
-RING_ORDER = "Horovod's ring allreduce adds the workers' dense gradients in ring order, not worker order"
-RUNS = {
-    "reference": ("run.py", [], "reference", None),
-    "tf": ("tf", [], "identical", None),
-    "horovod": ("horovod", [], "identical", RING_ORDER),
-    "horovod-dense": ("horovod", ["--sparse_as_dense"], "identical", RING_ORDER),
-    "parallax": ("parallax", [], "identical", RING_ORDER),
-    "parallax-local": ("parallax", ["--local_aggregation=true"], "identical", RING_ORDER),
-    "tf-async": ("tf", ["--sync=false"], "different", None),
-}
 
 
 def parse_flags(argv=None):
@@ -78,19 +65,19 @@ def parse_flags(argv=None):
                               "allows one)", parser)
     flags.DEFINE_enum("match", "auto", ["auto", "identical", "tolerance"], "what a synchronous run must achieve: "
                       "auto is identical with up to 2 workers and within tolerance with more", flag_values=parser)
-    flags.DEFINE_list("runs", list(RUNS), "which runs, comma-separated (default: all)", flag_values=parser)
+    flags.DEFINE_list("runs", experiments.VERIFIED, "which runs, comma-separated (default: all)", flag_values=parser)
     flags.DEFINE_multi_string("runner_args", [], "NAME=FLAGS: extra flags for one run, e.g. "
                               "parallax=--average_sparse=false", flag_values=parser)
     args = flags.parse(parser, argv)
-    unknown = [name for name in args.runs if name not in RUNS]
+    unknown = [name for name in args.runs if name not in experiments.VERIFIED]
     repeated = sorted({name for name in args.runs if args.runs.count(name) > 1})
     if unknown or repeated or "reference" not in args.runs:
         why = (f"unknown {', '.join(unknown)}" if unknown else f"{', '.join(repeated)} named twice" if repeated
                else "no reference")
-        raise harness.UsageError(f"--runs: {why}; name each of {', '.join(RUNS)} at most once, reference included")
-    if not any(RUNS[name][2] == "identical" for name in args.runs):
+        raise harness.UsageError(f"--runs: {why}; name each of {', '.join(experiments.VERIFIED)} at most once, reference included")
+    if not set(args.runs) & set(experiments.SYNCHRONOUS):
         raise harness.UsageError(f"--runs: no synchronous run to verify (of {', '.join(args.runs)}); name at least "
-                                 f"one of {', '.join(n for n in RUNS if RUNS[n][2] == 'identical')}")
+                                 f"one of {', '.join(experiments.SYNCHRONOUS)}")
     extra = {}
     for item in args.runner_args:
         name, _, value = item.partition("=")
@@ -115,14 +102,14 @@ def parse_flags(argv=None):
 
 
 def command(args, name):
-    how, runner_flags, _, _ = RUNS[name]
+    run = RUNS[name]
     shared = [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
               f"--seed={args.seed}", f"--results_dir={args.results_dir}", f"--run_name=verify-{name}",
               f"--ckpt_dir={os.path.join(args.ckpt_dir, name)}", f"--log_every={args.log_every}",
               f"--intra_op_threads={args.intra_op_threads}", f"--inter_op_threads={args.inter_op_threads}",
               *([f"--data_path={args.data_path}"] if args.data_path else []),
-              *runner_flags, *args.runner_args.get(name, [])]
-    if how == "run.py":
+              *run.flags, *args.runner_args.get(name, [])]
+    if not run.architecture:
         argv = [sys.executable, os.path.join(REPO, "run.py"), f"--emulate_workers={args.workers}", *shared]
         # In a container too: the reference runs on the TensorFlow of the runs it is compared with.
         return [sys.executable, "-m", "harness.starters.docker", f"--image={args.docker}", "--name=reference", "--",
@@ -132,7 +119,7 @@ def command(args, name):
     ssh_config = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []
     slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
     containers = [f"--docker={args.docker}"] if args.docker else []
-    return [sys.executable, "-m", "harness.launch", how, f"--workers={args.workers}", f"--ps={args.ps}", *hosts,
+    return [sys.executable, "-m", "harness.launch", run.architecture, f"--workers={args.workers}", f"--ps={args.ps}", *hosts,
             *ssh_config, *slurm, *containers, "--", *shared]
 
 
@@ -140,7 +127,7 @@ def check_run_flags(args, name):
     """Parses the flags `name`'s command will be given, as its runner will: bad input is a UsageError now."""
     argv = command(args, name)
     try:
-        if RUNS[name][0] == "run.py":
+        if not RUNS[name].architecture:
             run.parse_flags(argv[argv.index(os.path.join(REPO, "run.py")) + 1:])
         else:
             launch.parse_flags(argv[3:])
@@ -174,13 +161,13 @@ def train(args, name):
     if non_finite or not math.isfinite(summary["final_loss"]):
         raise RunFailed(f"run {name} diverged: final loss {summary['final_loss']}, non-finite parameters in "
                         f"{', '.join(non_finite) or 'none'}")
-    return {"name": name, "expected": RUNS[name][2], "command": argv, "checkpoint": checkpoint,
+    return {"name": name, "expected": RUNS[name].verify, "command": argv, "checkpoint": checkpoint,
             "final_loss": summary["final_loss"], "throughput": summary["throughput"]}
 
 
 def judge(args, a, b, result):
     """(passed, verdict, cause) of one pair; `passed` is None for a pair that is not part of the verdict."""
-    expected = {a: RUNS[a][2], b: RUNS[b][2]}
+    expected = {a: RUNS[a].verify, b: RUNS[b].verify}
     differing = result["differing_variables"]
     if "different" in expected.values():
         return None, "differs, as expected (asynchronous)" if not result["identical"] else "identical", \
@@ -192,7 +179,7 @@ def judge(args, a, b, result):
         return False, "DIFFERS: " + ", ".join(differing), None
     if args.identical:
         return False, f"NOT IDENTICAL (required with {args.workers} workers): {', '.join(differing)}", None
-    causes = [RUNS[name][3] for name in (a, b) if RUNS[name][3]]
+    causes = [RUNS[name].rounding for name in (a, b) if RUNS[name].rounding]
     return True, "within tolerance", causes[0] if causes else "unexplained: this pair should be identical"
 
 

@@ -21,7 +21,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
-from harness import data, flags  # noqa: E402
+from harness import data, experiments, flags  # noqa: E402
+from harness.experiments import RUNS  # noqa: E402
 from harness.starters import netns  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -33,10 +34,8 @@ PARALLAX_LM1B = {"vocab": 793_470, "embedding": 512, "lstm": 2048, "projection":
                  "batch_per_gpu": 128, "num_steps": 20, "gpus_per_machine": 6, "machines": 8, "partitions": 32,
                  "link": "100gbit"}
 # Parallax's README figure at 8 machines (48 GPUs), words/sec, as read off the figure.
-PARALLAX_PUBLISHED = {"ps": 100_000, "allreduce": 40_000, "hybrid": 277_000}
+PARALLAX_PUBLISHED = {"tf": 100_000, "horovod": 40_000, "parallax": 277_000}
 MACHINES = (8, 16, 32, 48)  # 48: Parallax's largest cluster (8 machines of 6 GPUs)
-NAMES = {"ps": "TF-PS", "allreduce": "Horovod", "allreduce-dense": "Horovod sparse-as-dense",
-         "hybrid": "Parallax hybrid", "hybrid-local": "Parallax hybrid, local aggregation"}
 
 
 def parallax_lm1b_variables(p):
@@ -103,10 +102,10 @@ def extrapolate(config, args, compute, machine_counts):
     records = []
     for machines in machine_counts:
         rows = repeat_rows(sample, machines)
-        for architecture in traffic.ARCHITECTURES:
-            rate, network = predict(architecture, variables, rows, machines, 1, args.net, compute,
+        for name in experiments.SYNCHRONOUS:
+            rate, network = predict(RUNS[name].traffic, variables, rows, machines, 1, args.net, compute,
                                     config.words_per_batch, partitions=machines)
-            records.append({"runner": architecture, "config": config.name, "workers": machines,
+            records.append({"runner": name, "config": config.name, "workers": machines,
                             "partitions": machines, "machines": machines, "link": str(args.net),
                             "compute_seconds": compute, "network_seconds": network, "words_per_sec": rate})
     return records
@@ -130,7 +129,7 @@ def this_repo(args):
     print(f"{config.name}: compute {compute:.3f} s per step of {config.batch_size} rows per worker, links of "
           f"{args.net}, one worker and one parameter server per machine, batch per worker fixed, sparse "
           f"variables in one part per machine")
-    print(f"{'machines':>8s} " + " ".join(f"{NAMES[a]:>24s}" for a in traffic.ARCHITECTURES))
+    print(f"{'machines':>8s} " + " ".join(f"{RUNS[name].title:>24s}" for name in experiments.SYNCHRONOUS))
     for machines in args.machines:
         rates = [r["words_per_sec"] for r in records if r["machines"] == machines]
         print(f"{machines:8d} " + " ".join(f"{r:24,.0f}" for r in rates))
@@ -160,22 +159,22 @@ def parallax(args):
     rows = parallax_lm1b_rows(p, workers)
     words = p["batch_per_gpu"] * p["num_steps"]
     shape = (variables, rows, p["machines"], p["gpus_per_machine"], link)
-    _, hybrid_network = predict("hybrid", *shape, 1.0, words, p["partitions"])
-    compute = args.compute_seconds or workers * words / PARALLAX_PUBLISHED["hybrid"] - hybrid_network
+    _, hybrid_network = predict(RUNS["parallax"].traffic, *shape, 1.0, words, p["partitions"])
+    compute = args.compute_seconds or workers * words / PARALLAX_PUBLISHED["parallax"] - hybrid_network
     print(f"Parallax LM1B: {p['machines']} machines x {p['gpus_per_machine']} GPUs, {p['link']} links, vocabulary "
           f"{p['vocab']:,}, batch {p['batch_per_gpu']} x {p['num_steps']} per GPU, {p['partitions']} partitions; "
           f"compute {compute:.3f} s per step "
           f"({'given' if args.compute_seconds else 'calibrated on the hybrid figure'})")
     print(f"{'architecture':36s} {'predicted':>10s} {'published':>10s} {'pred/pub':>8s} {'network':>12s} "
           f"{'rate that would explain it':>26s}")
-    for architecture in traffic.ARCHITECTURES:
-        rate, network = predict(architecture, *shape, compute, words, p["partitions"])
-        published = PARALLAX_PUBLISHED.get(architecture)
+    for name in experiments.SYNCHRONOUS:
+        rate, network = predict(RUNS[name].traffic, *shape, compute, words, p["partitions"])
+        published = PARALLAX_PUBLISHED.get(name)
         explain = ""
         if published:
             spare = workers * words / published - compute  # seconds the published step leaves for the network
             explain = (f"{network * link.bits_per_second / spare / 1e9:.1f} Gbit/s" if spare > 0 else "none")
-        print(f"{NAMES[architecture]:36s} {rate:10,.0f} {f'{published:,}' if published else '-':>10s} "
+        print(f"{RUNS[name].title:36s} {rate:10,.0f} {f'{published:,}' if published else '-':>10s} "
               f"{f'{rate / published:.2f}' if published else '-':>8s} {network * 1e3:9.1f} ms {explain:>26s}")
 
 

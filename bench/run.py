@@ -28,22 +28,13 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
-from harness import environment, flags  # noqa: E402
+from harness import environment, experiments, flags  # noqa: E402
+from harness.experiments import RUNS  # noqa: E402
 from harness.starters import netns  # noqa: E402
 
 from bench import predict, traffic  # noqa: E402
 import model  # noqa: E402
 
-# name: (launcher architecture, runner flags, traffic model)
-RUNNERS = {
-    "tf-sync": ("tf", [], "ps"),
-    "tf-async": ("tf", ["--sync=false"], "ps"),
-    "tf-replicas": ("tf", ["--sync_replicas"], "ps"),  # TensorFlow's SyncReplicasOptimizer: not exact
-    "horovod": ("horovod", [], "allreduce"),
-    "horovod-dense": ("horovod", ["--sparse_as_dense"], "allreduce-dense"),
-    "parallax": ("parallax", [], "hybrid"),
-    "parallax-local": ("parallax", ["--local_aggregation"], "hybrid-local"),
-}
 CORES = len(os.sched_getaffinity(0))
 
 
@@ -53,7 +44,7 @@ def parse_flags(argv=None):
                         parser)
     flags.DEFINE_list("configs", [c for c in ("small", "lm1b") if c in model.CONFIGS], "configs to sweep",
                       flag_values=parser)
-    flags.DEFINE_list("runners", list(RUNNERS), "runners to sweep", flag_values=parser)
+    flags.DEFINE_list("runners", experiments.DISTRIBUTED, "runners to sweep", flag_values=parser)
     flags.DEFINE_list("workers", ["1", "2", "4"], "worker counts to sweep", flag_values=parser)
     flags.DEFINE_integer("ps", 0, "parameter-server tasks of every run; 0: one per machine (Parallax's setup)",
                          lower_bound=0, flag_values=parser)
@@ -83,8 +74,8 @@ def parse_flags(argv=None):
         if name not in model.CONFIGS:
             raise harness.UsageError(f"--configs: unknown config {name!r} (known: {', '.join(model.CONFIGS)})")
     for name in args.runners:
-        if name not in RUNNERS:
-            raise harness.UsageError(f"--runners: unknown runner {name!r} (known: {', '.join(RUNNERS)})")
+        if name not in experiments.DISTRIBUTED:
+            raise harness.UsageError(f"--runners: unknown runner {name!r} (known: {', '.join(experiments.DISTRIBUTED)})")
     try:
         args.workers = [int(w) for w in args.workers]
     except ValueError:
@@ -147,7 +138,8 @@ def machine_of_tasks(addresses, workers, servers):
 
 def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput):
     """Runs one combination; returns its bench.jsonl record (or a skip record)."""
-    architecture, runner_flags, kind = RUNNERS[runner]
+    run = RUNS[runner]
+    architecture, runner_flags = run.architecture, list(run.flags)
     batch_size = run_config(args, num_workers).batch_size
     machines = num_workers
     num_ps = args.ps or machines
@@ -158,7 +150,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     partitions = num_ps if architecture in ("tf", "parallax") else 1
     if partitions > 1:
         runner_flags = [*runner_flags, f"--partitions={partitions}"]
-    predicted, network_term = traffic.predict(kind, variables, rows, num_workers, num_ps,
+    predicted, network_term = traffic.predict(run.traffic, variables, rows, num_workers, num_ps,
                                               machine_of_tasks(cluster.addresses, workers, servers), byte_rate,
                                               partitions)
     # W tasks on CORES cores: each worker computes 1/W of the global batch, but no faster than the cores allow.

@@ -32,6 +32,7 @@ import time
 
 import harness
 from harness import data, flags, partition_search
+from harness.experiments import SCRIPTS
 from harness.starters import docker, mpirun, netns
 from harness.starters.local import LocalProcess, isolate_network
 from harness.starters.srun import Srun
@@ -166,9 +167,6 @@ def with_ports(hosts, starter):
     """host:port for each of `hosts`, with a port free on that host."""
     free = {host: starter.free_ports(host, hosts.count(host)) for host in dict.fromkeys(hosts)}
     return [f"{host}:{free[host].pop()}" for host in hosts]
-
-
-SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}
 
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,

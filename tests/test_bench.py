@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REPO, read_jsonl, run_script
 from bench import traffic
+from harness import experiments
 import model
 
 DENSE = traffic.Variable("kernel", (10, 10), "dense")         # 400 bytes
@@ -152,12 +153,12 @@ def test_predict_holds_the_model_against_parallax_s_figure(tmp_path):
 def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the bench's emulated cluster needs root")
-    result = run_script("bench/run.py", "--configs=tiny", "--runners=tf-sync,horovod", "--workers=2",
+    result = run_script("bench/run.py", "--configs=tiny", "--runners=tf,horovod", "--workers=2",
                         "--repeats=1", "--steps=12", "--warmup_steps=4", "--net=100mbit", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     records = read_jsonl(tmp_path / "results/bench.jsonl")
-    assert [(r["runner"], r["workers"], r["ps"], r["machines"]) for r in records] == [("tf-sync", 2, 2, 2),
-                                                                                      ("horovod", 2, 2, 2)]
+    assert [(r["runner"], r["workers"], r["ps"], r["machines"]) for r in records] == [("tf", 2, 2, 2),
+                                                                                 ("horovod", 2, 2, 2)]
     for record in records:
         assert record["scaling"] == "weak" and record["batch_size"] == 2 * model.CONFIGS["tiny"].batch_size
         summary = json.loads((tmp_path / "results/bench" / (record["run_name"] + ".json")).read_text())
@@ -170,5 +171,5 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path):
     assert "step/bound" in result.stdout and "weak scaling" in result.stdout
     predictions = read_jsonl(tmp_path / "results/bench-predict.jsonl")
     assert {(p["runner"], p["machines"]) for p in predictions} == {
-        (a, m) for a in traffic.ARCHITECTURES for m in (8, 16, 32, 48)}
+        (name, m) for name in experiments.SYNCHRONOUS for m in (8, 16, 32, 48)}
     assert all(p["config"] == "tiny" and p["words_per_sec"] > 0 for p in predictions)

@@ -11,6 +11,7 @@ from PIL import Image
 from pypdf import PdfReader
 
 from conftest import REPO
+from harness import experiments
 from reporting import blocks, palette
 
 VERIFY_RUNS = ["reference", "tf", "horovod", "tf-async"]
@@ -48,7 +49,7 @@ def bench_lines(results_dir):
     throughput fields (here the verify runs' real ones, scaled as if each scaled at 80% efficiency), each machine's
     bytes per step counted and predicted, and the bound on the step; plus a run the bench skipped."""
     lines = []
-    for verify_name, runner in [("tf", "tf-sync"), ("horovod", "horovod"), ("tf-async", "tf-async")]:
+    for verify_name, runner in [("tf", "tf"), ("horovod", "horovod"), ("tf-async", "tf-async")]:
         measured = summary(results_dir, verify_name)
         for workers in (1, 2):
             throughput = scaled(measured["throughput"], workers * 0.8 ** (workers - 1))
@@ -77,7 +78,7 @@ def scaled(throughput, factor):
 
 def prediction_lines():
     return [{"runner": runner, "config": "tiny", "workers": workers, "words_per_sec": speed * workers ** 0.8}
-            for runner, speed in [("tf-sync", 900.0), ("horovod", 600.0), ("parallax", 1500.0)]
+            for runner, speed in [("tf", 900.0), ("horovod", 600.0), ("parallax", 1500.0)]
             for workers in (2, 4, 8, 16, 32, 48)]
 
 
@@ -178,8 +179,8 @@ def test_a_corrupt_bench_line_is_one_error_naming_file_and_line(verified, tmp_pa
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "report.pdf").write_text("an earlier report, of other results")
     good = json.dumps(bench_lines(verified)[0])
-    for broken, why in [("{\"runner\": \"tf-sync\", ", "not valid JSON"), ("[1, 2]", "not a JSON object"),
-                        (json.dumps({"runner": "tf-sync", "config": "tiny"}), "missing field 'workers'")]:
+    for broken, why in [("{\"runner\": \"tf\", ", "not valid JSON"), ("[1, 2]", "not a JSON object"),
+                        (json.dumps({"runner": "tf", "config": "tiny"}), "missing field 'workers'")]:
         (results / "bench.jsonl").write_text(f"{good}\n{broken}\n")
         result = make_report(results, tmp_path / "report")
         assert result.returncode == 2
@@ -207,9 +208,9 @@ def test_a_missing_results_directory_is_one_line(tmp_path):
 
 
 def test_a_run_has_one_colour_under_all_its_names():
-    assert palette.colour("verify-tf") == palette.colour("run_tf.py") == palette.colour("tf-sync") == \
-        palette.colour("tf")
-    assert palette.colour("run.py") == palette.colour("verify-reference")
-    assert palette.colour("hybrid") == palette.colour("run_parallax.py") == palette.colour("verify-parallax")
-    assert len({palette.colour(name) for name in palette.COLOURS}) == len(palette.COLOURS)
-    assert palette.colour("lm1b-thing") == palette.colour("lm1b-thing")
+    tf_blue, reference = experiments.RUNS["tf"].colour, experiments.RUNS["reference"].colour
+    assert palette.colour("verify-tf") == palette.colour("run_tf.py") == palette.colour("run_tf") == tf_blue
+    assert palette.colour("run.py") == palette.colour("verify-reference") == reference
+    assert palette.colour("run_parallax") == palette.colour("verify-parallax") == experiments.RUNS["parallax"].colour
+    assert len({palette.colour(name) for name in experiments.RUNS}) == len(experiments.RUNS)
+    assert palette.colour("lm1b-thing") in palette.SPARE  # a run the registry does not know: a spare colour

@@ -1,0 +1,56 @@
+"""Every run this project knows, named once. verify, make bench, bench.predict and the report all read this
+table, so a run is `tf` everywhere (its results `verify-tf.json`, its bench records, its colour); adding a
+runner is one entry.
+
+A run is an architecture's runner script (the launcher starts it as `python -m harness.launch ARCHITECTURE`)
+with the flags that make it this variant, plus what the tools around it need to know of it:
+
+    traffic   the traffic model's flows for its step (bench/traffic.py): "ps", "allreduce", "allreduce-dense",
+              "hybrid", "hybrid-local"; None for the reference, which sends nothing
+    verify    how its final checkpoint relates to the reference's (verify.py): "reference", "identical" (must
+              match bit for bit at W <= 2), "different" (asynchronous: expected to differ); None: not a verify run
+    rounding  why it may differ from the reference by rounding with more than 2 workers; None: it may not
+"""
+import dataclasses
+
+# The launcher's architectures and the script each starts on every task.
+SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}
+
+RING_ORDER = "Horovod's ring allreduce adds the workers' dense gradients in ring order, not worker order"
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    name: str
+    title: str               # as a table or a plot's legend names it
+    architecture: str        # a key of SCRIPTS; None: run.py on one device (the reference)
+    flags: tuple             # the runner flags that make this variant
+    traffic: str             # see the module's doc
+    verify: str
+    rounding: str
+    colour: str              # one per run in every plot; variants are shades of their architecture's hue
+
+    @property
+    def script(self):
+        return SCRIPTS[self.architecture] if self.architecture else "run.py"
+
+
+RUNS = {run.name: run for run in [
+    Run("reference", "one device (run.py)", None, (), None, "reference", None, "#222222"),
+    Run("tf", "TF-PS", "tf", (), "ps", "identical", None, "#1f77b4"),
+    Run("horovod", "Horovod", "horovod", (), "allreduce", "identical", RING_ORDER, "#d62728"),
+    Run("horovod-dense", "Horovod sparse-as-dense", "horovod", ("--sparse_as_dense",), "allreduce-dense",
+        "identical", RING_ORDER, "#ff9896"),
+    Run("parallax", "Parallax hybrid", "parallax", (), "hybrid", "identical", RING_ORDER, "#2ca02c"),
+    Run("parallax-local", "Parallax hybrid, local aggregation", "parallax", ("--local_aggregation=true",),
+        "hybrid-local", "identical", RING_ORDER, "#98df8a"),
+    Run("tf-async", "TF-PS asynchronous", "tf", ("--sync=false",), "ps", "different", None, "#9ecae1"),
+    # TensorFlow's SyncReplicasOptimizer: synchronous, but a fast worker can fill a step's quota twice, so it
+    # is not exact and verify does not run it.
+    Run("tf-replicas", "TF-PS SyncReplicasOptimizer", "tf", ("--sync_replicas",), "ps", None, None, "#08519c"),
+]}
+
+VERIFIED = [name for name, run in RUNS.items() if run.verify]
+DISTRIBUTED = [name for name, run in RUNS.items() if run.architecture]
+# The runs whose every step is one synchronous step of the global batch: what the traffic model's bound is of.
+SYNCHRONOUS = [name for name, run in RUNS.items() if run.verify == "identical"]
