@@ -58,7 +58,7 @@ setup: .venv/.setup-done
 	touch $@
 
 test: setup
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q -rs tests  # -rs: why each skipped test skipped
 
 # Standard library only: python3 when make setup has not made the venv yet.
 data:

@@ -7,11 +7,11 @@ With --emulate_workers=W each step computes the gradients of W shards of the glo
 harness.data.shard) and combines them as a synchronous W-worker run does (model.average_worker_gradients).
 W = 1 is plain single-device training. `python run.py --help` lists every flag.
 """
-import time
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
 from harness import data, determinism, flags
-from harness.recorder import Recorder
+from harness.recorder import Recorder, remove_stale_outputs
+from harness import training
 from harness.training import StepFeed
 import tensorflow as tf
 
@@ -47,6 +47,7 @@ def parse_flags(argv=None):
 
 def main():
     args = parse_flags()
+    remove_stale_outputs(args)
     config = flags.model_config(args)
     batches = data.load(args, config)
 
@@ -58,13 +59,11 @@ def main():
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
         recorder = Recorder(args, config, "run", args.emulate_workers)
-        state = None
-        clock = time.perf_counter()
-        for step in range(args.steps):
+
+        def run_step(step, state):
             step_loss, state, norm, _ = session.run([loss, final_state, global_norm, train_op], feed(step, state))
-            now = time.perf_counter()
-            recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm)
-            clock = now
+            return state, step_loss, config.words_per_batch, {"grad_norm": norm}
+        training.loop(args.steps, run_step, recorder.step)
         recorder.finish(session, saver)
 
 

@@ -8,11 +8,11 @@ starts from rank 0's variables, averages its gradients with the others' before t
 only rank 0 records results and writes the checkpoint. The embedding's sparse gradient goes through
 Horovod's sparse path (an allgather of its rows) unless --sparse_as_dense densifies it for an allreduce.
 """
-import time
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
 from harness import data, determinism, flags
-from harness.recorder import Recorder
+from harness.recorder import Recorder, remove_stale_outputs
+from harness import training
 from harness.training import StepFeed
 import tensorflow as tf
 
@@ -37,6 +37,8 @@ def main():
         raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
     config = flags.model_config(args)
     hvd.init()  # Horovod: join the other workers
+    if hvd.rank() == 0:  # the chief: this run's outputs are its
+        remove_stale_outputs(args)
     rows = data.shard(config.batch_size, hvd.rank(), hvd.size())  # Horovod: this worker's rows
     batches = data.load(args, config)
 
@@ -60,15 +62,12 @@ def main():
         session.run(hvd.broadcast_global_variables(0))  # Horovod: start from rank 0's values
         chief = hvd.rank() == 0
         recorder = Recorder(args, config, "run_horovod", hvd.size()) if chief else None
-        state = None
-        clock = time.perf_counter()
-        for step in range(args.steps):
+
+        def run_step(step, state):
             step_loss, state, norm, _ = session.run([global_loss, final_state, global_norm, train_op],
                                                     feed(step, state))
-            now = time.perf_counter()
-            if chief:  # Horovod: rank 0 records for everyone
-                recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm)
-            clock = now
+            return state, step_loss, config.words_per_batch, {"grad_norm": norm}
+        training.loop(args.steps, run_step, recorder.step if chief else None)  # Horovod: rank 0 records for all
         if chief:
             recorder.finish(session, saver)
 

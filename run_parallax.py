@@ -21,11 +21,11 @@ every worker the clipping factor, with which every worker applies the same dense
 With --local_aggregation, the workers of one machine (one host of --worker_hosts) first put their sparse
 gradients into queues on the machine's first worker, which sums them and sends one gradient per machine.
 """
-import time
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
 from harness import data, flags, ps
-from harness.recorder import Recorder
+from harness.recorder import Recorder, remove_stale_outputs
+from harness import training
 from harness.training import StepFeed
 import tensorflow as tf
 
@@ -172,16 +172,12 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
             cluster.run(session, hybrid.start)
             recorder = Recorder(args, config, "run_parallax", num_workers)
         cluster.run(session, hybrid.wait_for_start, starting=True)
-        clock = time.perf_counter()
-        state = None
-        for step in range(args.steps):
+
+        def run_step(step, state):
             step_loss, state, norm, _, *rows = cluster.run(session, hybrid.fetches, feed(step, state),
                                                            starting=step == 0)
-            now = time.perf_counter()
-            if chief:
-                recorder.step(step, step_loss, now - clock, config.words_per_batch, grad_norm=norm,
-                              sparse_rows_received=rows[0])
-            clock = now
+            return state, step_loss, config.words_per_batch, {"grad_norm": norm, "sparse_rows_received": rows[0]}
+        training.loop(args.steps, run_step, recorder.step if chief else None)
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
                             partition_strategy=args.partition_strategy, average_sparse=args.average_sparse, local_aggregation=args.local_aggregation,
@@ -191,6 +187,8 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
 
 def main():
     args = parse_flags()
+    if args.job_name == "worker" and args.task_index == 0:  # the chief: this run's outputs are its
+        remove_stale_outputs(args)
     if hvd is None:
         raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
     config = flags.model_config(args)

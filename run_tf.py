@@ -24,11 +24,11 @@ is not exact, and verify does not run it: each worker clips its own gradient (pt
 accumulators average the first W fresh gradients in whatever order they arrive. It starts with no tokens (as
 SynchronousStep does), but a fast worker may still take a slow one's token and give one update two gradients.
 """
-import time
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
 from harness import data, flags, ps
-from harness.recorder import Recorder
+from harness.recorder import Recorder, remove_stale_outputs
+from harness import training
 from harness.training import StepFeed
 import numpy as np
 import tensorflow as tf
@@ -51,6 +51,8 @@ def parse_flags(argv=None):
 
 def main():
     args = parse_flags()
+    if args.job_name == "worker" and args.task_index == 0:  # the chief: this run's outputs are its
+        remove_stale_outputs(args)
     config = flags.model_config(args)
     cluster = ps.Cluster(args)  # PS: every task is a gRPC server
     if args.job_name == "ps":
@@ -83,14 +85,11 @@ def main():
         if chief:  # the first run waits for the parameter servers to come up
             cluster.run(session, tf.compat.v1.global_variables_initializer(), starting=True)
             recorder = Recorder(args, config, "run_tf", num_workers)
-        state = None
-        clock = time.perf_counter()
-        for step in range(args.steps):
+
+        def run_step(step, state):
             step_loss, state, norm, words = step_graph.run(cluster, session, step, feed(step, state))
-            now = time.perf_counter()
-            if chief:
-                recorder.step(step, step_loss, now - clock, words, grad_norm=norm)
-            clock = now
+            return state, step_loss, words, {"grad_norm": norm}
+        training.loop(args.steps, run_step, recorder.step if chief else None)
         summary = step_graph.finish(cluster, session)
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,

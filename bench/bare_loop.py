@@ -3,16 +3,15 @@ no TensorBoard, no progress lines). Prints the throughput summary as one JSON li
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
 from harness import data, determinism, flags  # noqa: E402
 from harness.timer import ThroughputTimer  # noqa: E402
+from harness import training  # noqa: E402
 from harness.training import StepFeed  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import model  # noqa: E402
 from run import reference_step  # noqa: E402
 
 
@@ -31,13 +30,11 @@ def timed_steps(args, config, feed, fetches):
     timer = ThroughputTimer(args.warmup_steps)
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
-        state = None
-        clock = time.perf_counter()
-        for step in range(args.steps):
+
+        def run_step(step, state):
             _, state, _ = session.run(fetches, feed(step, state))
-            now = time.perf_counter()
-            timer.record(now - clock, config.words_per_batch)
-            clock = now
+            return state, None, config.words_per_batch, {}
+        training.loop(args.steps, run_step, lambda step, objective, seconds, words: timer.record(seconds, words))
     return timer.summary()
 
 

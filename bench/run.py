@@ -143,15 +143,15 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     batch_size = run_config(args, num_workers).batch_size
     machines = num_workers
     num_ps = args.ps or machines
-    cluster = netns.EmulatedCluster(machines, args.net)  # for the placement only: nothing is built here
-    workers, servers = cluster.place(num_workers, num_ps)
+    addresses = netns.machine_addresses(machines)
+    workers, servers = netns.place(addresses, num_workers, num_ps)  # where the launcher will put them
     byte_rate = args.net.bits_per_second / 8
     # With parameter servers, every sparse variable in one part per server (round robin), as Parallax runs it.
     partitions = num_ps if architecture in ("tf", "parallax") else 1
     if partitions > 1:
         runner_flags = [*runner_flags, f"--partitions={partitions}"]
     predicted, network_term = traffic.predict(run.traffic, variables, rows, num_workers, num_ps,
-                                              machine_of_tasks(cluster.addresses, workers, servers), byte_rate,
+                                              machine_of_tasks(addresses, workers, servers), byte_rate,
                                               partitions)
     # W tasks on CORES cores: each worker computes 1/W of the global batch, but no faster than the cores allow.
     compute = one_device_throughput["median_step_seconds"]

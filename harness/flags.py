@@ -80,8 +80,8 @@ def parse(flag_values, argv=None, positional=0):
     the flags (returned as args.positional). --help prints the description and the flags, and exits 0.
 
     For a runner's flags (those of `parser`) it also checks them against each other and the output
-    directories, and removes the summary and checkpoint an earlier run left at this run's paths: from here
-    on, nothing that looks finished is there until this run finishes."""
+    directories. It changes nothing: the chief removes an earlier run's outputs when the run starts
+    (recorder.remove_stale_outputs)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in HELP_FLAGS for arg in argv):
         print(help_text(flag_values))
@@ -112,8 +112,6 @@ def _check_run(args):
         problem = unwritable(getattr(args, flag))
         if problem:
             raise UsageError(f"--{flag}={getattr(args, flag)}: {problem}")
-    from harness import recorder  # not at the top: recorder imports TensorFlow, the launcher's flags need not
-    recorder.remove_stale_outputs(args)
 
 
 def unwritable(directory):

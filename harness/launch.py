@@ -9,98 +9,35 @@
     python -m harness.launch tf --workers=2 --ps=2 --net=100mbit -- ...              (make run-tf NET=100mbit)
     python -m harness.launch tf --docker=lstm-dist -- ...        (every task in a container: make docker-verify)
 
-A Task is what to run: a name ("worker1", "ps0"), a command line, its extra environment and its host; the
-`*_tasks` functions build them for each architecture. A starter is how to start a task, one module each
-under harness/starters/: `local.LocalProcess` starts it as a child process of this machine, `ssh.Ssh` on its
-host through a local ssh client, `srun.Srun` as a Slurm job step on its node, `netns.NetnsProcess` inside
-one machine of an emulated cluster of network namespaces joined by shaped links (--net), `docker.Docker` in a
-container of its own on a network of the run's own (--docker); with --mpi, one mpirun task starts every
-Horovod rank (`starters/mpirun.py`). `run_tasks` is the one
-place where a run's tasks are started, their output is prefixed with their names, their exit statuses are
-read and, when one fails or the user presses Ctrl-C, the others are stopped: a dead task takes the whole run
-down at once, with a message naming it.
+The launcher plans, then starts: it checks every flag (its own and the runner's) before anything starts,
+chooses a starter by the flag that asks for one (`STARTERS`; without any, child processes of this machine),
+lets it place the workers and parameter servers, builds the tasks for the architecture (`harness.tasks.Task`:
+name, command line, environment, host; a PS cluster's addresses, Horovod's rendezvous) and runs them with
+`harness.tasks.run_tasks`, the one place where tasks are watched and stopped. The starters, one module each
+under harness/starters/, are described there; with --mpi, one local mpirun task starts every Horovod rank
+(`starters/mpirun.py`).
 """
 import dataclasses
 import importlib
 import json
 import os
-import signal
 import socket
 import sys
-import threading
-import time
 
 import harness
 from harness import data, flags, partition_search
+from harness.tasks import Task, run_tasks
 from harness.experiments import SCRIPTS
 from harness.starters import docker, mpirun, netns
-from harness.starters.local import LocalProcess, isolate_network
+from harness.starters.local import LocalProcess
 from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
-import model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A collective whose peer died fails after this many seconds (Horovod's default is 30). The launcher stops
 # the other tasks as soon as it sees one die; the timeout covers tasks started by other means (horovodrun).
 GLOO_TIMEOUT_SECONDS = 30
-
-
-@dataclasses.dataclass
-class Task:
-    name: str
-    argv: list
-    env: dict = dataclasses.field(default_factory=dict)
-    host: str = "127.0.0.1"
-
-
-def _copy_output(name, stream, lock, watch):
-    for line in stream:
-        if watch:
-            watch(name, line)
-        with lock:
-            sys.stdout.write(f"[{name}] {line}")
-            sys.stdout.flush()
-
-
-def run_tasks(tasks, starter=None, grace_seconds=5.0, poll_seconds=0.1, watch=None):
-    """Runs `tasks` to the end. Returns 0 when all succeed; otherwise names the first task that failed, stops
-    the others and returns its exit status (2 stays 2: bad input; anything else becomes 1). Ctrl-C stops
-    every task and returns 130. `watch(task name, line)`, if given, sees every line of output as it comes."""
-    starter = starter or LocalProcess()
-    lock = threading.Lock()
-    running, readers = {}, []
-    try:
-        for task in tasks:
-            process = starter.start(task)
-            running[task.name] = process
-            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock, watch),
-                                      daemon=True)
-            reader.start()
-            readers.append(reader)
-        status = 0
-        while running and not status:
-            for name, process in list(running.items()):
-                code = process.poll()
-                if code is None:
-                    continue
-                del running[name]
-                if code != 0:
-                    how = (f"was killed by signal {-code}" if code < 0 else
-                           f"was killed by signal {code - 128} (status {code})" if 128 < code < 128 + 65 else
-                           f"exited with status {code}")  # 128 + N: killed on its host (lifeline.py, a shell)
-                    print(f"launch: task {name} {how}; stopping {', '.join(running) or 'nothing else'}",
-                          file=sys.stderr, flush=True)
-                    status = 2 if code == 2 else 1
-            time.sleep(poll_seconds)
-        return status
-    except KeyboardInterrupt:
-        print(f"launch: interrupted; stopping {', '.join(running)}", file=sys.stderr, flush=True)
-        return 130
-    finally:
-        starter.stop_all(list(running.values()), grace_seconds)
-        for reader in readers:
-            reader.join(timeout=grace_seconds)
 
 
 def horovod_environments(worker_hosts, network_interface=None):
@@ -145,22 +82,6 @@ def parameter_server_tasks(script, runner_flags, ps_addresses, worker_addresses)
                                *cluster, *runner_flags], {"PYTHONUNBUFFERED": "1"}, address.rsplit(":", 1)[0])
             for job, addresses in (("ps", ps_addresses), ("worker", worker_addresses))
             for i, address in enumerate(addresses)]
-
-
-def place(num_workers, num_ps, hosts=None, machines=1):
-    """(host of each worker, host of each parameter server).
-
-    With `hosts` ([(host, slots)]), the workers fill the hosts' slots in order and the parameter servers go
-    round the hosts. Without, everything is on this machine and the workers are spread in blocks over
-    `machines` loopback addresses, 127.0.0.1, 127.0.0.2...: every byte still crosses this machine's
-    loopback, but a runner that groups workers by host (run_parallax.py --local_aggregation) sees that many
-    machines."""
-    if not hosts:
-        return [f"127.0.0.{1 + i * machines // num_workers}" for i in range(num_workers)], ["127.0.0.1"] * num_ps
-    slots = [host for host, count in hosts for _ in range(count)]
-    if len(slots) < num_workers:
-        raise harness.UsageError(f"--hosts: {len(slots)} slots for {num_workers} workers")
-    return slots[:num_workers], [hosts[i % len(hosts)][0] for i in range(num_ps)]
 
 
 def with_ports(hosts, starter):
@@ -294,52 +215,35 @@ def parse_flags(argv):
     return args
 
 
+# How the tasks start, by the flag that asks for it; without any, as child processes of this machine.
+STARTERS = {"net": netns.NetnsProcess, "docker": docker.Docker, "slurm": Srun, "hosts": Ssh}
+
+
+def starter_for(args):
+    flag = next((flag for flag in STARTERS if getattr(args, flag)), None)
+    return (STARTERS[flag] if flag else LocalProcess).from_flags(args)
+
+
 def main():
     args = parse_flags(sys.argv[1:])
-    if not args.net:
-        return run_job(args)
-    # SIGTERM must unwind like Ctrl-C, through the tasks' stop and the cluster's removal.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with netns.EmulatedCluster(args.machines + args.ps * args.separate_ps, args.net) as cluster:
-        return run_job(args, cluster)
+    with starter_for(args) as starter:
+        return run_job(args, starter)
 
 
-def run_job(args, cluster=None):
-    """Chooses where and how the tasks start (on `cluster`, an emulated one, if given), then runs the job
-    (after Parallax's partition search, if asked)."""
-    network_interface, counter = args.network_interface, None
+def run_job(args, starter):
+    """Places the tasks and runs the job with `starter` (after Parallax's partition search, if asked)."""
     runner_flags, runner_args = args.runner_flags, args.runner_args
-    if cluster:
-        cluster.join_switch()
-        starter, network_interface = netns.NetnsProcess(cluster), network_interface or netns.INTERFACE
-        worker_hosts, ps_hosts = cluster.place(args.workers, args.ps, args.separate_ps)
-        counter = netns.ByteCounter(cluster, runner_args.warmup_steps, runner_args.steps)
-        print(f"launch: {cluster.machines} machines ({', '.join(cluster.addresses)}), links of {args.net}"
-              f"{'' if args.net.delay else ' (no added latency: --delay, where the kernel has netem)'}",
-              file=sys.stderr, flush=True)
-    elif args.docker:
-        starter, network_interface = docker.Docker(args.docker), network_interface or docker.INTERFACE
-        worker_hosts, ps_hosts = starter.place(args.workers, args.ps)
-    else:
-        if args.slurm:
-            starter = Srun()
-            args.hosts = starter.allocation()
-        elif args.hosts:
-            starter = Ssh(args.ssh_config)
-        else:
-            starter = LocalProcess()
-            isolate_network()
-        worker_hosts, ps_hosts = place(args.workers, args.ps, args.hosts, args.machines)
-    if (args.require_shared_workdir or args.search) and args.hosts:
-        chief = worker_hosts[0]
-        if not starter.shares_workdir(chief):
-            raise harness.UsageError(f"host {chief} (the chief) does not see this working directory {os.getcwd()}: "
-                                     f"the results are read back from it, so run from a file system every host "
-                                     f"shares")
+    worker_hosts, ps_hosts = starter.place(args.workers, args.ps)
+    if (args.require_shared_workdir or args.search) and not starter.shares_workdir(worker_hosts[0]):
+        raise harness.UsageError(f"host {worker_hosts[0]} (the chief) does not see this working directory "
+                                 f"{os.getcwd()}: the results are read back from it, so run from a file system "
+                                 f"every host shares")
+    counter = (netns.ByteCounter(starter.cluster, runner_args.warmup_steps, runner_args.steps) if args.net
+               else None)
 
     def run(runner_flags, watch=None):
-        return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface, watch,
-                      args.mpi)
+        return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter,
+                      args.network_interface or starter.network_interface, watch, args.mpi)
     if args.search:
         def trial(n):
             name = f"partition-search-{n}"

@@ -8,8 +8,9 @@
                                           grad_norm, words_per_sec (over those steps)
     <ckpt_dir>/model.ckpt-<steps>.*       the final checkpoint, with model.py's variable names
 
-A run first removes the summary and the checkpoint an earlier run left at those paths, so a run that fails
-leaves nothing that looks finished.
+The chief first removes the summary and the checkpoint an earlier run left at those paths
+(`remove_stale_outputs`, the first thing every runner's chief does), so a run that fails leaves nothing that
+looks finished; parsing the flags removes nothing.
 """
 import dataclasses
 import glob
@@ -31,7 +32,6 @@ class Recorder:
         os.makedirs(args.results_dir, exist_ok=True)
         os.makedirs(args.ckpt_dir, exist_ok=True)
         self.summary_path = summary_path(args)
-        remove_stale_outputs(args)
         self.steps_log = open(os.path.join(args.results_dir, args.run_name + ".jsonl"), "w")
         self.tensorboard = tf.compat.v1.summary.FileWriter(
             os.path.join(args.results_dir, "tensorboard", args.run_name))
@@ -103,8 +103,8 @@ def summary_path(args):
 
 def remove_stale_outputs(args):
     """Removes the summary and the checkpoint an earlier run left at this run's paths, so that a run that
-    fails, at start-up or later, leaves nothing that looks finished. Every runner calls it as soon as its
-    flags are valid (harness.flags.parse), and the recorder again when the run starts recording."""
+    fails, at start-up or later, leaves nothing that looks finished. Every runner's chief calls it first, once
+    its flags are valid."""
     for stale in [summary_path(args), os.path.join(args.ckpt_dir, "checkpoint"),
                   *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]:
         if os.path.isfile(stale):

@@ -1,8 +1,25 @@
-"""The placeholders of one worker's share of a training step, and what to feed them at step t."""
+"""The training loop every runner shares, the placeholders of one worker's share of a training step, and what
+to feed them at step t."""
+import time
+
 import numpy as np
 import tensorflow as tf
 
 import model
+
+
+def loop(steps, run_step, record=None):
+    """Runs `steps` steps: `run_step(step, state)` runs one and returns (the LSTM state to carry into the next,
+    the objective, the words trained, {more to record}); the first step gets state None. `record(step,
+    objective, seconds, words, **more)` (the chief's Recorder.step; None on other tasks) gets each step with
+    the wall time of the whole iteration, the step's session.run and the loop's own work together."""
+    state, clock = None, time.perf_counter()
+    for step in range(steps):
+        state, objective, words, more = run_step(step, state)
+        now = time.perf_counter()
+        if record:
+            record(step, objective, now - clock, words, **more)
+        clock = now
 
 
 class StepFeed:

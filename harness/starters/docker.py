@@ -37,8 +37,9 @@ import threading
 import uuid
 
 import harness
+from harness import tasks
 from harness.starters.local import LocalProcess
-from harness.starters.ssh import heartbeat
+from harness.starters.remote import heartbeat
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE_REPO = "/opt/lstm-dist"  # where docker/Dockerfile puts the repository, its .venv at IMAGE_REPO/.venv
@@ -76,19 +77,24 @@ def in_image(argv):
             IMAGE_REPO + arg[len(REPO):] if arg == REPO or arg.startswith(REPO + os.sep) else arg for arg in argv]
 
 
-class Docker:
+class Docker(LocalProcess):
     """A task as a container of its own (see the module's doc). `place` first, for tasks that need a network."""
+
+    network_interface = INTERFACE
 
     def __init__(self, image):
         self.image = image
         self.run = f"lstm-dist-{os.getpid()}-{uuid.uuid4().hex[:6]}"  # names the containers and the network
         self.network = None
-        self.local = LocalProcess()
         self.containers = {}  # pid of a task's `docker run` client: its container's name
-        atexit.register(self.remove)
+        atexit.register(self.close)
         # kill (SIGTERM) must tear a run down as Ctrl-C does, or its containers and network would stay behind.
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    @classmethod
+    def from_flags(cls, args):
+        return cls(args.docker)
 
     def place(self, num_workers, num_ps):
         """Creates the run's network and gives each task an address on it: (worker addresses, ps addresses).
@@ -123,7 +129,7 @@ class Docker:
                 "python", f"{IMAGE_REPO}/harness/lifeline.py", *in_image(task.argv)]
 
     def start(self, task):
-        process = self.local.start(dataclasses.replace(task, argv=self.command(task), env={}), stdin=subprocess.PIPE)
+        process = super().start(dataclasses.replace(task, argv=self.command(task), env={}), stdin=subprocess.PIPE)
         self.containers[process.pid] = f"{self.run}-{task.name}"
         threading.Thread(target=heartbeat, args=(process,), daemon=True).start()
         return process
@@ -131,7 +137,7 @@ class Docker:
     def stop_all(self, processes, grace_seconds):
         """Stops the `docker run` clients (each forwards SIGTERM to its container); what is left of the run's
         containers a grace period later is removed by force."""
-        self.local.stop_all(processes, grace_seconds)
+        super().stop_all(processes, grace_seconds)
         self._remove_containers()
 
     def _remove_containers(self):
@@ -139,8 +145,8 @@ class Docker:
         if listed:
             _docker("rm", "--force", *listed)
 
-    def remove(self):
-        """Removes the run's containers and network; at exit, whatever way the launcher ends."""
+    def close(self):
+        """Removes the run's containers and network; at exit too, whatever way the launcher ends."""
         self._remove_containers()
         if self.network:
             _docker("network", "rm", self.network)
@@ -150,22 +156,19 @@ class Docker:
         """Each task has a container, so a network namespace, of its own: the same ports are free in every one."""
         return list(range(PORT, PORT + count))
 
-    def shares_workdir(self, host):
-        return True  # mounted in every container
 
 
 def main():
     """python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...: COMMAND in one container
     without a network, with its output prefixed by NAME; exits with its status."""
-    from harness import launch
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     options = dict(arg[2:].split("=", 1) for arg in argv[:split] if arg.startswith("--") and "=" in arg)
     if set(options) != {"image", "name"} or split != 2 or split + 1 >= len(argv):
         raise harness.UsageError("usage: python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...")
     check(options["image"])
-    return launch.run_tasks([launch.Task(options["name"], argv[split + 1:], {"PYTHONUNBUFFERED": "1"})],
-                            Docker(options["image"]))
+    with Docker(options["image"]) as starter:
+        return tasks.run_tasks([tasks.Task(options["name"], argv[split + 1:], {"PYTHONUNBUFFERED": "1"})], starter)
 
 
 if __name__ == "__main__":

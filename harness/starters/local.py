@@ -7,12 +7,35 @@ import struct
 import subprocess
 import sys
 
-from harness import lifeline
+from harness import lifeline, tasks
 
 
 class LocalProcess:
     """A task as a local child process, in a process group of its own so that stopping it reaches every
-    process it started. It dies with the launcher, even when the launcher is killed with -9."""
+    process it started. It dies with the launcher, even when the launcher is killed with -9. The workers are
+    spread in blocks over `machines` loopback addresses (tasks.place)."""
+
+    network_interface = None  # Horovod's ranks talk over the interface towards the first worker
+
+    def __init__(self, machines=1):
+        self.machines = machines
+
+    @classmethod
+    def from_flags(cls, args):
+        isolate_network()
+        return cls(args.machines)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Removes what the starter built for the run (namespaces, containers, networks): nothing here."""
+
+    def place(self, num_workers, num_ps):
+        return tasks.place(num_workers, num_ps, machines=self.machines)
 
     def start(self, task, stdin=subprocess.DEVNULL):
         return subprocess.Popen(task.argv, env={**os.environ, **task.env}, stdout=subprocess.PIPE,

@@ -103,6 +103,20 @@ def tc(namespace, *args):
         raise harness.UsageError(f"tc {' '.join(args)}: {result.stderr.strip() or 'failed'}")
 
 
+def machine_addresses(machines):
+    return [str(FIRST_MACHINE + i) for i in range(machines)]
+
+
+def place(addresses, num_workers, num_ps, separate_ps=False):
+    """(address of each worker, address of each parameter server) on machines of `addresses`: the workers in
+    blocks over the machines; the parameter servers round the machines (one per machine when there are as many,
+    Parallax's setup), or, with `separate_ps`, on the last `num_ps` machines, which hold no worker."""
+    worker_machines = len(addresses) - num_ps if separate_ps else len(addresses)
+    workers = [addresses[i * worker_machines // num_workers] for i in range(num_workers)]
+    servers = [addresses[worker_machines + i if separate_ps else i % len(addresses)] for i in range(num_ps)]
+    return workers, servers
+
+
 class EmulatedCluster:
     """`machines` namespaces joined to a switch by links like `link`. Use as a context manager: it removes
     what an earlier, killed launcher left, builds the cluster, and removes it again on the way out."""
@@ -112,7 +126,7 @@ class EmulatedCluster:
         self.name = f"{PREFIX}-{os.getpid()}"
         self.switch = f"{self.name}-switch"
         self.namespaces = [f"{self.name}-m{i}" for i in range(machines)]
-        self.addresses = [str(FIRST_MACHINE + i) for i in range(machines)]
+        self.addresses = machine_addresses(machines)
 
     def __enter__(self):
         if os.geteuid() != 0:
@@ -157,13 +171,7 @@ class EmulatedCluster:
         _enter(f"/run/netns/{self.switch}")
 
     def place(self, num_workers, num_ps, separate_ps=False):
-        """(address of each worker, address of each parameter server): the workers in blocks over the machines;
-        the parameter servers round the machines (one per machine when there are as many, Parallax's setup),
-        or, with `separate_ps`, on the last `num_ps` machines, which hold no worker."""
-        worker_machines = self.machines - num_ps if separate_ps else self.machines
-        workers = [self.addresses[i * worker_machines // num_workers] for i in range(num_workers)]
-        servers = [self.addresses[worker_machines + i if separate_ps else i % self.machines] for i in range(num_ps)]
-        return workers, servers
+        return place(self.addresses, num_workers, num_ps, separate_ps)
 
     def counters(self):
         """[(bytes sent, bytes received)] of each machine's link, as its interface counts them (headers
@@ -223,11 +231,38 @@ def remove_left_behind():
 class NetnsProcess(LocalProcess):
     """A task as a local child process inside the namespace of its machine (the machine whose address is its
     host), with the machine's own host name: its address. Software that finds its address from the host name
-    (Gloo does, for Horovod's process sets) then finds the machine's, not this machine's loopback."""
+    (Gloo does, for Horovod's process sets) then finds the machine's, not this machine's loopback. The
+    starter builds the emulated cluster (`from_flags`) and removes it (`close`)."""
 
-    def __init__(self, cluster):
-        self.cluster = cluster
+    network_interface = INTERFACE
+
+    def __init__(self, cluster, separate_ps=False):
+        self.cluster, self.separate_ps = cluster, separate_ps
         self.next_port = {}
+
+    @classmethod
+    def from_flags(cls, args):
+        """The cluster of --machines (one per worker) and, with --separate_ps, one more per parameter server,
+        with this thread in its switch's namespace."""
+        # SIGTERM must unwind like Ctrl-C, through the tasks' stop and the cluster's removal.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        cluster = EmulatedCluster(args.machines + args.ps * args.separate_ps, args.net)
+        cluster.__enter__()
+        try:
+            cluster.join_switch()
+        except BaseException:
+            cluster.remove()
+            raise
+        print(f"launch: {cluster.machines} machines ({', '.join(cluster.addresses)}), links of {args.net}"
+              f"{'' if args.net.delay else ' (no added latency: --delay, where the kernel has netem)'}",
+              file=sys.stderr, flush=True)
+        return cls(cluster, args.separate_ps)
+
+    def close(self):
+        self.cluster.remove()
+
+    def place(self, num_workers, num_ps):
+        return self.cluster.place(num_workers, num_ps, self.separate_ps)
 
     def start(self, task, stdin=subprocess.DEVNULL):
         namespace = f"/run/netns/{self.cluster.namespace_of(task.host)}"

@@ -12,8 +12,7 @@ import re
 import subprocess
 
 import harness
-from harness.starters.local import LocalProcess
-from harness.starters.ssh import probe
+from harness.starters.remote import OnHosts
 
 
 def tasks_per_node(text):
@@ -25,7 +24,17 @@ def tasks_per_node(text):
     return counts
 
 
-class Srun:
+def allocation():
+    """The nodes of the allocation this runs in and their task slots, [(node, slots)], in Slurm's order."""
+    nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                           capture_output=True, text=True)
+    if nodes.returncode:
+        raise harness.UsageError(f"--slurm: scontrol show hostnames: {nodes.stderr.strip()}")
+    slots = tasks_per_node(os.environ.get("SLURM_TASKS_PER_NODE", "1"))
+    return list(zip(nodes.stdout.split(), slots))
+
+
+class Srun(OnHosts):
     """A task as a job step of its own, on one node of the allocation:
 
         srun --overlap --nodes=1 --ntasks=1 --nodelist=NODE --kill-on-bad-exit=1 COMMAND
@@ -36,18 +45,9 @@ class Srun:
     SIGTERM to it is forwarded to the task. Slurm itself stops every step when the job ends (the batch script
     returns, scancel, the time limit), so a task cannot outlive the job."""
 
-    def __init__(self):
-        self.local = LocalProcess()
-        self.shared = {}  # node: whether it sees this machine's working directory (found by the probe)
-
-    def allocation(self):
-        """The allocation's nodes and their task slots, [(node, slots)], in Slurm's order."""
-        nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-                               capture_output=True, text=True)
-        if nodes.returncode:
-            raise harness.UsageError(f"--slurm: scontrol show hostnames: {nodes.stderr.strip()}")
-        slots = tasks_per_node(os.environ.get("SLURM_TASKS_PER_NODE", "1"))
-        return list(zip(nodes.stdout.split(), slots))
+    @classmethod
+    def from_flags(cls, args):
+        return cls(allocation())
 
     def command(self, node, argv):
         # --ntasks-per-node=1 overrides what sbatch --ntasks-per-node left in the environment for the batch step.
@@ -55,17 +55,4 @@ class Srun:
                 "--kill-on-bad-exit=1", "--quiet", f"--chdir={os.getcwd()}", *argv]
 
     def start(self, task):
-        return self.local.start(dataclasses.replace(task, argv=self.command(task.host, task.argv)))
-
-    def stop_all(self, processes, grace_seconds):
-        self.local.stop_all(processes, grace_seconds)  # srun forwards SIGTERM to its step's task
-
-    def free_ports(self, node, count):
-        """Ports free on `node` now, found by a step of its own; also whether it shares this working directory."""
-        ports, self.shared[node] = probe(lambda argv: self.command(node, argv), node, count)
-        return ports
-
-    def shares_workdir(self, node):
-        if node not in self.shared:
-            self.free_ports(node, 0)
-        return self.shared[node]
+        return super().start(dataclasses.replace(task, argv=self.command(task.host, task.argv)))

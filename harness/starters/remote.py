@@ -1,0 +1,79 @@
+"""What the starters of tasks on other hosts share: the heartbeat that keeps a remote task's lifeline
+(harness/lifeline.py) alive (ssh.py, docker.py), and `OnHosts`, the base of the starters that run tasks on the
+slots of named hosts (ssh.py, srun.py), which probes a host for free ports and whether it sees this machine's
+working directory."""
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import harness
+from harness import lifeline, tasks
+from harness.starters.local import LocalProcess
+
+
+def heartbeat(process):
+    """Tells the task's lifeline.py that the launcher is alive, until the connection is gone."""
+    while process.poll() is None:
+        try:
+            process.stdin.write("\n")
+            process.stdin.flush()
+        except (BrokenPipeError, ValueError):  # closed: the task is over or being stopped
+            return
+        time.sleep(lifeline.HEARTBEAT_SECONDS)
+
+
+PROBE = ("import os, socket, sys; s = [socket.socket() for _ in range(int(sys.argv[1]))]; "
+         "[x.bind(('', 0)) for x in s]; print(*[x.getsockname()[1] for x in s]); "
+         "print(open(sys.argv[2]).read() if os.path.exists(sys.argv[2]) else '')")
+
+
+def probe(command, host, count):
+    """(`count` ports free on `host` now, whether `host` sees this machine's working directory), by running a
+    small Python program there through `command` (argv -> the command line that runs argv on `host`). A token
+    file written here must be readable there. A host where it fails (unreachable, no working directory, no
+    .venv) is a UsageError naming it."""
+    token = uuid.uuid4().hex
+    marker = os.path.join(os.getcwd(), f".launch-probe-{token}")
+    with open(marker, "w") as f:
+        f.write(token)
+    try:
+        result = subprocess.run(command([sys.executable, "-c", PROBE, str(count), marker]),
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    finally:
+        os.remove(marker)
+    if result.returncode:
+        why = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+        raise harness.UsageError(f"host {host}: {'unreachable over ssh: ' if result.returncode == 255 else ''}"
+                                 f"{why}")
+    ports, seen = (result.stdout.splitlines() + ["", ""])[:2]
+    return [int(port) for port in ports.split()], seen.strip() == token
+
+
+class OnHosts(LocalProcess):
+    """Tasks on the slots of `hosts` ([(host, slots)]), each started by a local client process that `command`
+    (host, argv) builds: the workers fill the slots in order, the parameter servers go round the hosts."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+        self.shared = {}  # host: whether it sees this machine's working directory (found by the probe)
+
+    def place(self, num_workers, num_ps):
+        return tasks.place(num_workers, num_ps, self.hosts)
+
+    def command(self, host, argv):
+        raise NotImplementedError
+
+    def free_ports(self, host, count):
+        """Ports free on `host` now; also the check that the host answers and has the working directory and the
+        .venv, and whether it shares this machine's working directory."""
+        ports, self.shared[host] = probe(lambda argv: self.command(host, argv), host, count)
+        return ports
+
+    def shares_workdir(self, host):
+        """Whether `host` sees this machine's working directory (a shared file system), where the chief writes
+        the results and the checkpoint that verify and the partition search read back."""
+        if host not in self.shared:
+            self.free_ports(host, 0)
+        return self.shared[host]
