@@ -182,14 +182,16 @@ def main():
     parser = flags.parser("bench.predict", __doc__)
     flags.DEFINE_list("machines", list(map(str, MACHINES)), "cluster sizes", flag_values=parser)
     flags.DEFINE_parsed("net", netns.Link.parse("100mbit"), netns.Link.parse, "link rate", parser)
-    flags.DEFINE_float("compute_seconds", 0.0, "one worker's compute time per step (default: measured by make "
-                       "bench, or calibrated with --parallax)", flag_values=parser)
+    flags.DEFINE_finite_float("compute_seconds", 0.0, "one worker's compute time per step (default: measured by "
+                              "make bench, or calibrated with --parallax)", parser)
     flags.DEFINE_boolean("parallax", False, "Parallax's LM1B setup against its published figure", flag_values=parser)
     args = flags.parse(parser)
     try:
         args.machines = [int(m) for m in args.machines]
     except ValueError:
         raise harness.UsageError(f"--machines: expected numbers, got {','.join(args.machines)}")
+    if min(args.machines) < 1:
+        raise harness.UsageError(f"--machines: a cluster has at least 1 machine, got {min(args.machines)}")
     return parallax(args) if args.parallax else this_repo(args)
 
 

@@ -54,7 +54,7 @@ def parser(runner, description):
     DEFINE_integer("warmup_steps", 50, "first steps left out of the throughput figures", lower_bound=0,
                    flag_values=p)
     DEFINE_integer("seed", 1, "fixes the initial parameters, the synthetic corpus and the dropout masks",
-                   lower_bound=0, flag_values=p)
+                   lower_bound=0, upper_bound=2**63 - 1, flag_values=p)  # the stateless generators' int64 key
     DEFINE_string("data_path", "", "a text in PTB's format (a file, or a directory with ptb.train.txt); "
                   "default: a synthetic Zipf corpus from --seed", flag_values=p)
     DEFINE_string("ckpt_dir", os.path.join("checkpoints", runner), "where the final checkpoint goes", flag_values=p)

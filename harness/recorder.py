@@ -22,7 +22,7 @@ import time
 import tensorflow as tf
 
 import harness
-from harness import environment
+from harness import environment, events
 from harness.timer import ThroughputTimer
 
 
@@ -62,6 +62,11 @@ class Recorder:
                 tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]), step)
             self.steps_log.flush()
             self.progress_seconds = self.progress_words = 0.0
+        # The launcher's byte counters read the links at these two points (netns.ByteCounter).
+        if step + 1 == max(self.args.warmup_steps, 1):
+            events.announce("measured_steps_begin", after_step=step + 1)
+        if step + 1 == self.args.steps:
+            events.announce("measured_steps_end", after_step=step + 1)
 
     def finish(self, session, saver, **extra):
         """Writes the checkpoint, then the summary; returns the summary."""

@@ -140,6 +140,16 @@ def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, fl
     assert_usage_error(run_script("bench/run.py", *flags, cwd=tmp_path), named)
 
 
+@pytest.mark.parametrize("flags, named", [(["--machines=0"], "--machines"), (["--machines=8,x"], "--machines"),
+                                          (["--compute_seconds=-1"], "--compute_seconds"),
+                                          (["--compute_seconds=nan"], "--compute_seconds")])
+def test_predict_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
+    result = subprocess.run([sys.executable, "-m", "bench.predict", "--config=tiny", *flags], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
+    assert_usage_error(result, named)
+    assert not (tmp_path / "results").exists()
+
+
 def test_predict_holds_the_model_against_parallax_s_figure(tmp_path):
     result = subprocess.run([sys.executable, "-m", "bench.predict", "--parallax"], cwd=REPO, capture_output=True,
                             text=True, timeout=300)

@@ -134,6 +134,8 @@ def test_flags_from_a_flagfile_and_help(tmp_path, assert_usage_error):
     (["--config=huge"], "--config"),
     (["--data_path=/no/such/corpus"], "--data_path"),
     (["--intra_op_threads=0"], "--intra_op_threads"),
+    (["--seed=-1"], "--seed"),
+    (["--seed=9223372036854775808"], "--seed"),  # 2**63: past the generators' int64 key
     (["--no_such_flag=1"], "--no_such_flag"),
     (["--flagfile=no/such/file"], "--flagfile"),
 ])

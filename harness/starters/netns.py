@@ -28,7 +28,7 @@ import sys
 import time
 
 import harness
-from harness import lifeline
+from harness import events, lifeline
 from harness.starters.local import LocalProcess
 
 PREFIX = "lstmnet"
@@ -286,23 +286,18 @@ class NetnsProcess(LocalProcess):
 
 
 class ByteCounter:
-    """Each machine's bytes over the measured steps: the counters are read when the chief (worker0) reports the
-    first progress line at or after the warm-up, and when it reports the last step. Both reads happen at the
-    same point of a step (as the chief prints it), so the difference covers whole steps."""
+    """Each machine's bytes over the measured steps: the counters are read when the chief (worker0) announces
+    that the measured steps begin and that they end (harness/events.py). Both reads happen at the same point
+    of a step, so the difference covers whole steps."""
 
-    STEP_LINE = re.compile(r"^\[run_\w+\] step (\d+)/(\d+) ")
-
-    def __init__(self, cluster, warmup_steps, steps):
-        self.cluster, self.warmup_steps, self.steps = cluster, warmup_steps, steps
+    def __init__(self, cluster):
+        self.cluster = cluster
         self.samples = {}  # step: counters
 
     def watch(self, task, line):
-        match = self.STEP_LINE.match(line) if task == "worker0" else None
-        if not match:
-            return
-        step = int(match[1])
-        if (step >= max(self.warmup_steps, 1) and not self.samples) or step == self.steps:
-            self.samples[step] = (time.monotonic(), self.cluster.counters())
+        event = events.parse(line) if task == "worker0" else None
+        if event and event["event"] in ("measured_steps_begin", "measured_steps_end"):
+            self.samples[event["after_step"]] = (time.monotonic(), self.cluster.counters())
 
     def result(self, tasks):
         """The measured bytes per step of each machine, or None if the window was never seen."""
