@@ -183,6 +183,24 @@ class AsynchronousStep:
                                                "chief_histogram": np.bincount(self.staleness).tolist()}}
 
 
+class ModelRule(tf.compat.v1.train.Optimizer):
+    """The model's update rule, with the model's own accumulators (Adagrad's for lm1b), as the optimizer that
+    SyncReplicasOptimizer wraps: it applies the aggregated gradient (clipped by each worker before), scaled
+    as the rule scales it, and counts the step."""
+
+    def __init__(self, lm, learning_rate):
+        super().__init__(use_locking=False, name="ModelRule")
+        self.lm, self.learning_rate = lm, learning_rate
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        flat = [model.deduplicate(g) if isinstance(g, tf.IndexedSlices) else g for g, _ in grads_and_vars]
+        gradients = tf.nest.pack_sequence_as(self.lm.variable_list, flat)
+        updates = [model.apply_gradient(self.lm, name, tf.nest.flatten(g), None, self.learning_rate)
+                   for name, g in zip(self.lm.variables, gradients)]
+        with tf.control_dependencies(updates), tf.compat.v1.colocate_with(global_step):
+            return global_step.assign_add(1)
+
+
 class SyncReplicasStep:
     """TensorFlow's SyncReplicasOptimizer: every worker adds its clipped gradient to a conditional accumulator
     per variable on the variable's parameter server and waits for a token; the chief's queue runner takes the
@@ -194,21 +212,15 @@ class SyncReplicasStep:
         # The chief's queue runner applies the update without a feed, so the rate is computed from the step.
         epoch = tf.cast(global_step // epoch_size, tf.float32)
         rate = config.learning_rate * config.lr_decay ** tf.maximum(epoch + 1 - config.max_epoch, 0.0)
-        rule = config.update_rule
         self.optimizer = tf.compat.v1.train.SyncReplicasOptimizer(
-            tf.compat.v1.train.AdagradOptimizer(rate, initial_accumulator_value=rule.initial_accumulator)
-            if rule.optimizer == "adagrad" else tf.compat.v1.train.GradientDescentOptimizer(rate),
-            replicas_to_aggregate=num_workers, total_num_replicas=num_workers)
-        # Each worker clips its own gradient (ptb_word_lm's, Parallax's) and scales the embedding's.
+            ModelRule(lm, rate), replicas_to_aggregate=num_workers, total_num_replicas=num_workers)
+        # Each worker clips its own gradient (ptb_word_lm's, Parallax's) before the aggregation.
         names = [name for name, variable in lm.variables.items() for _ in tf.nest.flatten(variable)]
         flat = tf.nest.flatten(gradients)
         clip = [i for i, name in enumerate(names) if model.clipped(config, name)]
         clipped, global_norm = tf.clip_by_global_norm([flat[i] for i in clip], config.max_grad_norm)
         for i, g in zip(clip, clipped):
             flat[i] = g
-        if rule.embedding_scale == "batch":
-            flat = [tf.IndexedSlices(g.values * float(config.batch_size), g.indices, g.dense_shape)
-                    if name == "embedding" else g for name, g in zip(names, flat)]
         train_op = self.optimizer.apply_gradients(zip(flat, tf.nest.flatten(lm.variable_list)), global_step)
         with tf.control_dependencies([train_op]):
             applied_step = global_step.read_value()

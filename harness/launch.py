@@ -118,9 +118,18 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
             stop_rendezvous()
 
 
-def parse_flags(argv):
-    """The launcher's flags (before "--") and the runner's (after it), checked before anything starts."""
-    split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
+# A launcher flag, the flags it cannot be combined with, and why.
+CONFLICTS = [
+    ("net", ("hosts", "slurm"), "it emulates the machines on this one"),
+    ("machines", ("hosts", "slurm"), "the hosts are the machines"),
+    ("hosts", ("slurm",), "the allocation's nodes are the hosts"),
+    ("docker", ("hosts", "slurm", "mpi", "net", "machines"), "each task is a machine"),
+    ("ssh_config", ("mpi",), "mpirun reaches the hosts with its own ssh"),
+    ("mpi", ("net",), "mpirun starts the ranks on this machine's network"),
+]
+
+
+def launcher_flags():
     parser = flags.FlagSet("python -m harness.launch ARCHITECTURE", __doc__)
     flags.DEFINE_integer("workers", 2, "worker processes", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("ps", 1, "parameter-server tasks (tf, parallax)", lower_bound=1, flag_values=parser)
@@ -150,51 +159,31 @@ def parse_flags(argv):
                         "docker-build), on a bridge network of the run's own", flag_values=parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
-    args = flags.parse(parser, argv[:split], positional=1)
+    return parser
+
+
+def parse_flags(argv):
+    """The launcher's flags (before "--") and the runner's (after it), checked before anything starts."""
+    split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
+    args = flags.parse(launcher_flags(), argv[:split], positional=1)
     args.architecture = args.positional[0]
     if args.architecture not in SCRIPTS:
         raise harness.UsageError(f"architecture {args.architecture!r}: expected one of {', '.join(SCRIPTS)}")
-    if args.net and (args.hosts or args.slurm):
-        raise harness.UsageError("--net: only without --hosts or --slurm (it emulates the machines on this one)")
+    for flag, others, why in CONFLICTS:
+        given = [f"--{other}" for other in others if getattr(args, flag) and getattr(args, other)]
+        if given:
+            raise harness.UsageError(f"--{flag}: not with {' or '.join(given)} ({why})")
     for flag in ("delay", "separate_ps"):
         if getattr(args, flag) and not args.net:
             raise harness.UsageError(f"--{flag}: only with --net")
+    if args.mpi and args.architecture != "horovod":
+        raise harness.UsageError("--mpi: only for horovod")
     if args.delay:
         args.net = dataclasses.replace(args.net, delay=args.delay)
-    if args.machines and (args.hosts or args.slurm):
-        raise harness.UsageError("--machines: only without --hosts or --slurm (the hosts are the machines)")
     args.machines = args.machines or (args.workers if args.net else 1)
     if args.machines > args.workers:
         raise harness.UsageError(f"--machines={args.machines}: more machines than the {args.workers} workers")
-    if args.hosts and args.slurm:
-        raise harness.UsageError("--hosts: not with --slurm (the allocation's nodes are the hosts)")
-    if args.slurm and "SLURM_JOB_ID" not in os.environ:
-        raise harness.UsageError("--slurm: not inside a Slurm allocation (no SLURM_JOB_ID): submit with sbatch "
-                                 "(slurm/*.sbatch) or run under salloc")
-    if args.mpi and args.architecture != "horovod":
-        raise harness.UsageError("--mpi: only for horovod")
-    if args.docker and (args.hosts or args.slurm or args.mpi or args.net or args.machines > 1):
-        raise harness.UsageError("--docker: not with --hosts, --slurm, --mpi, --net or --machines (each task is a "
-                                 "machine)")
-    if args.mpi and args.ssh_config:
-        raise harness.UsageError("--ssh_config: not with --mpi (mpirun reaches the hosts with its own ssh)")
-    if args.mpi and args.net:
-        raise harness.UsageError("--mpi: not with --net (mpirun starts the ranks on this machine's network)")
-    for host, _ in args.hosts or []:  # every task must reach every other by this name, not only ssh
-        try:
-            socket.getaddrinfo(host, None)
-        except OSError:
-            raise harness.UsageError(f"--hosts: unknown host {host}")
-    if args.ssh_config and not os.path.isfile(args.ssh_config):
-        raise harness.UsageError(f"--ssh_config: {args.ssh_config} does not exist")
-    if args.architecture != "tf":
-        try:
-            import horovod.tensorflow  # noqa: F401  (the runner would say the same, once per task)
-            import horovod.runner.gloo_run  # noqa: F401  (the rendezvous runs in this process)
-        except ImportError as error:
-            raise harness.UsageError(f"Horovod is not usable ({error}): run make setup")
-    if args.mpi:
-        mpirun.check()
+    check_environment(args)
     args.runner_flags = argv[split + 1:]
     # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
     args.search = "--search_partitions" in args.runner_flags
@@ -213,6 +202,28 @@ def parse_flags(argv):
         docker.check(args.docker, [args.runner_args.data_path, args.runner_args.ckpt_dir,
                                    args.runner_args.results_dir])
     return args
+
+
+def check_environment(args):
+    """What the flags ask of this machine and its network: an allocation, known hosts, Horovod, mpirun."""
+    if args.slurm and "SLURM_JOB_ID" not in os.environ:
+        raise harness.UsageError("--slurm: not inside a Slurm allocation (no SLURM_JOB_ID): submit with sbatch "
+                                 "(slurm/*.sbatch) or run under salloc")
+    for host, _ in args.hosts or []:  # every task must reach every other by this name, not only ssh
+        try:
+            socket.getaddrinfo(host, None)
+        except OSError:
+            raise harness.UsageError(f"--hosts: unknown host {host}")
+    if args.ssh_config and not os.path.isfile(args.ssh_config):
+        raise harness.UsageError(f"--ssh_config: {args.ssh_config} does not exist")
+    if args.architecture != "tf":
+        try:
+            import horovod.tensorflow  # noqa: F401  (the runner would say the same, once per task)
+            import horovod.runner.gloo_run  # noqa: F401  (the rendezvous runs in this process)
+        except ImportError as error:
+            raise harness.UsageError(f"Horovod is not usable ({error}): run make setup")
+    if args.mpi:
+        mpirun.check()
 
 
 # How the tasks start, by the flag that asks for it; without any, as child processes of this machine.

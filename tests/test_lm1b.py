@@ -66,3 +66,16 @@ def test_every_summary_reports_the_peak_resident_memory(runs):
     # every task says it at its end, parameter servers too (the launcher prefixes a task's lines with its name)
     tasks = {line.split()[0] for line in outputs["tf"].splitlines() if "peak resident memory" in line}
     assert tasks >= {"[ps0]", "[ps1]", "[worker0]", "[worker1]"}
+
+
+def test_tensorflow_s_sync_replicas_optimizer_applies_parallax_s_rule(tmp_path):
+    """--sync_replicas wraps the model's own rule: Adagrad's accumulators are the model's (1.0 plus the
+    squares of the applied gradients), in the checkpoint under their names, and every step trains once."""
+    launch_and_wait("tf", "--workers=2", "--ps=2", "--", *LM1B_TINY, "--sync_replicas", "--partitions=3",
+                    "--run_name=replicas", "--ckpt_dir=ckpt/replicas", cwd=tmp_path)
+    assert [r["step"] for r in read_jsonl(tmp_path / "results/replicas.jsonl")] == list(range(20))
+    trained = checkpoint_tensors(tmp_path / "ckpt/replicas")
+    names = list(model.variable_shapes(model.CONFIGS["lm1b-tiny"]))
+    assert sorted(trained) == sorted(names + [f"{n}/Adagrad" for n in names])
+    for name in names:
+        assert (trained[f"{name}/Adagrad"] >= 1.0).all() and (trained[f"{name}/Adagrad"] > 1.0).any(), name
