@@ -176,7 +176,9 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
         def run_step(step, state):
             step_loss, state, norm, _, *rows = cluster.run(session, hybrid.fetches, feed(step, state),
                                                            starting=step == 0)
-            return state, step_loss, config.words_per_batch, {"grad_norm": norm, "sparse_rows_received": rows[0]}
+            # Only the chief fetches the rows the parameter servers received, and only the chief records.
+            return state, step_loss, config.words_per_batch, (
+                {"grad_norm": norm, "sparse_rows_received": rows[0]} if chief else {})
         training.loop(args.steps, run_step, recorder.step if chief else None)
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
