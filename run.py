@@ -9,9 +9,8 @@ W = 1 is plain single-device training. `python run.py --help` lists every flag.
 """
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, determinism, flags
+from harness import data, determinism, flags, training
 from harness.recorder import Recorder, remove_stale_outputs
-from harness import training
 from harness.training import StepFeed
 import tensorflow as tf
 

@@ -10,9 +10,8 @@ Horovod's sparse path (an allgather of its rows) unless --sparse_as_dense densif
 """
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, determinism, flags
+from harness import data, determinism, flags, training
 from harness.recorder import Recorder, remove_stale_outputs
-from harness import training
 from harness.training import StepFeed
 import tensorflow as tf
 

@@ -23,9 +23,8 @@ gradients into queues on the machine's first worker, which sums them and sends o
 """
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, flags, ps
+from harness import data, flags, ps, training
 from harness.recorder import Recorder, remove_stale_outputs
-from harness import training
 from harness.training import StepFeed
 import tensorflow as tf
 

@@ -26,9 +26,8 @@ SynchronousStep does), but a fast worker may still take a slow one's token and g
 """
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, flags, ps
+from harness import data, flags, ps, training
 from harness.recorder import Recorder, remove_stale_outputs
-from harness import training
 from harness.training import StepFeed
 import numpy as np
 import tensorflow as tf
@@ -195,8 +194,8 @@ class ModelRule(tf.compat.v1.train.Optimizer):
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         flat = [model.deduplicate(g) if isinstance(g, tf.IndexedSlices) else g for g, _ in grads_and_vars]
         gradients = tf.nest.pack_sequence_as(self.lm.variable_list, flat)
-        updates = [model.apply_gradient(self.lm, name, tf.nest.flatten(g), None, self.learning_rate)
-                   for name, g in zip(self.lm.variables, gradients)]
+        updates = [model.apply_gradient(self.lm, variable, tf.nest.flatten(g), None, self.learning_rate)
+                   for variable, g in zip(self.lm.variables, gradients)]
         with tf.control_dependencies(updates), tf.compat.v1.colocate_with(global_step):
             return global_step.assign_add(1)
 

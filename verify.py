@@ -35,7 +35,7 @@ import sys
 import time
 
 import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import experiments, flags, launch, tasks
+from harness import experiments, flags, launch
 from harness.experiments import RUNS
 from harness.starters import docker
 from harness.starters.ssh import Ssh
@@ -93,8 +93,9 @@ def parse_flags(argv=None):
     for name in args.runs:  # every run's flags, checked now rather than minutes in, when the run starts
         check_run_flags(args, name)
     if args.hosts:
-        chief = tasks.place(args.workers, args.ps, args.hosts)[0][0]
-        if not Ssh(args.hosts, args.ssh_config).shares_workdir(chief):
+        hosts = Ssh(args.hosts, args.ssh_config)
+        chief = hosts.place(args.workers, args.ps)[0][0]
+        if not hosts.shares_workdir(chief):
             raise harness.UsageError(f"--hosts: {chief} (the chief) does not see this working directory "
                                      f"{os.getcwd()}, where verify reads the runs' results: run from a file "
                                      f"system every host shares")

@@ -6,9 +6,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
-from harness import data, determinism, flags  # noqa: E402
+from harness import data, determinism, flags, training  # noqa: E402
 from harness.timer import ThroughputTimer  # noqa: E402
-from harness import training  # noqa: E402
 from harness.training import StepFeed  # noqa: E402
 import tensorflow as tf  # noqa: E402
 

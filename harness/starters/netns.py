@@ -170,9 +170,6 @@ class EmulatedCluster:
         machines reach it at SWITCH_ADDRESS: the launcher's Horovod rendezvous must be reachable from them."""
         _enter(f"/run/netns/{self.switch}")
 
-    def place(self, num_workers, num_ps, separate_ps=False):
-        return place(self.addresses, num_workers, num_ps, separate_ps)
-
     def counters(self):
         """[(bytes sent, bytes received)] of each machine's link, as its interface counts them (headers
         included)."""
@@ -262,7 +259,7 @@ class NetnsProcess(LocalProcess):
         self.cluster.remove()
 
     def place(self, num_workers, num_ps):
-        return self.cluster.place(num_workers, num_ps, self.separate_ps)
+        return place(self.cluster.addresses, num_workers, num_ps, self.separate_ps)
 
     def start(self, task, stdin=subprocess.DEVNULL):
         namespace = f"/run/netns/{self.cluster.namespace_of(task.host)}"
