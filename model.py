@@ -3,7 +3,8 @@ Regularization" (arXiv:1409.2329), as tensorflow/models' ptb_word_lm.py builds i
 `lm1b`, a scaled-down version of the sampled-softmax model of Parallax's LM1B benchmark.
 
 Defined once; every runner builds exactly this graph (TF1-style graph mode, which between-graph
-parameter-server training needs) and applies exactly this update.
+parameter-server training needs) and applies exactly this update. The configurations, the variables'
+shapes and how a table is split into parts are in configs.py, which needs no TensorFlow.
 
 Variables, by the names the checkpoints use (d = config.output_size: the hidden size, or the projection's):
 
@@ -30,7 +31,6 @@ Determinism contract:
 - the update is applied to the gradient of the global batch, combined from per-worker gradients in one
   documented order (`average_worker_gradients`), so a W-worker run can reproduce it bit for bit.
 """
-import dataclasses
 import math
 import zlib
 
@@ -38,147 +38,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
-
-@dataclasses.dataclass(frozen=True)
-class UpdateRule:
-    """How the gradient of the global batch updates the variables (`update` applies it)."""
-    optimizer: str                     # "sgd": var -= lr * g; "adagrad": acc += g * g, var -= lr * g / sqrt(acc)
-    clipped: str = "all"               # the gradients whose global norm is clipped: "all", or "lstm" (lstm_*)
-    initial_accumulator: float = 0.0   # Adagrad's accumulators start here
-    embedding_scale: str = ""          # "batch": the embedding's gradient times the global batch size
-
-
-# ptb_word_lm.py's rule: plain SGD after clipping every gradient by one global norm.
-PTB_WORD_LM = UpdateRule("sgd")
-# Parallax's LM1B rule (examples/lm1b/language_model_graph.py): Adagrad (initial accumulator 1.0), only the
-# LSTM's gradients clipped, the embedding's gradient multiplied by the batch size. Parallax multiplies each
-# GPU's gradient by that GPU's batch and then sums the GPUs' sparse gradients; times the global batch here,
-# after averaging, that is the same sum over every row of the step.
-PARALLAX_LM1B = UpdateRule("adagrad", clipped="lstm", initial_accumulator=1.0, embedding_scale="batch")
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """Hyperparameters, with the names of ptb_word_lm.py (and of Parallax's lm1b for the last two)."""
-    name: str
-    vocab_size: int
-    hidden_size: int      # LSTM units (the size of the cell state)
-    num_layers: int
-    num_steps: int        # unrolled time steps per training step (truncated backpropagation)
-    batch_size: int       # rows of the GLOBAL batch; each of W workers trains batch_size / W of them
-    init_scale: float     # initial values are uniform in [-init_scale, init_scale]
-    learning_rate: float
-    max_grad_norm: float  # clip the global gradient norm to this; 0 disables clipping
-    keep_prob: float      # dropout keep probability; 1.0 disables dropout
-    max_epoch: int        # epochs at the initial learning rate ...
-    lr_decay: float       # ... after which it is multiplied by lr_decay every epoch
-    projection_size: int = 0  # each LSTM layer's output projected to this size (LSTMCell's num_proj); 0: none
-    num_sampled: int = 0      # a sampled softmax over this many distinct candidates per step; 0: the full softmax
-    forget_bias: float = 0.0  # added to the forget gate before its sigmoid (BasicLSTMCell's forget_bias)
-    update_rule: UpdateRule = PTB_WORD_LM
-
-    @property
-    def output_size(self):
-        """The size of an embedding row, of every LSTM layer's output and of a softmax_w row."""
-        return self.projection_size or self.hidden_size
-
-    @property
-    def words_per_batch(self):
-        return self.batch_size * self.num_steps
-
-
-# Parallax's LM1B example (snuspl/parallax, examples/lm1b; arXiv:1808.02621) against `lm1b` here. Only the
-# width of the rows shrinks: the vocabulary is the paper's, so a step touches the same few of its rows, and
-# the LSTM, the candidates and the batch are the paper's, so a step computes what one GPU's step does.
-#
-#                     Parallax           lm1b               why
-#   vocabulary        793,470            793,470            kept: the rows a step touches are the paper's fraction
-#   embedding         512                32                 793,470 x 32 x 4 bytes = 101.6 MB per table (paper:
-#   projection        512                32                 1.6 GB each, which 2 cores cannot train)
-#   LSTM              1 layer, 2048      1 layer, 2048      kept: 2.4 MB of dense variables (paper 37.8 MB)
-#   sampled softmax   8,192 candidates   8,192              kept
-#   unrolled steps    20                 20                 kept
-#   batch             128 per GPU        128 global         one worker's step (W = 1) about 0.9 s on one core
-#                                                           here; W workers train 128/W rows each
-#   shards            32, round robin    --partitions=N,    placement is the runner's (--partitions=32 is theirs);
-#                     ("mod": TF 1's     "mod" by default   TF 2's tf.nn.embedding_lookup only splits by
-#                     default)                              contiguous ranges ("div", --partition_strategy=div)
-#   candidates        8,192 distinct     8,192 distinct     TF's log_uniform_candidate_sampler(unique=True)
-#   optimiser         Adagrad, lr 0.2,   the same           PARALLAX_LM1B (the other configs: ptb_word_lm's SGD)
-#                     accumulators at 1
-#   gradient clipping LSTM only, 10      the same
-#   embedding grad.   x batch (128)      x global batch     Parallax then sums the GPUs' sparse gradients
-#   dropout           keep 0.9           keep 0.9
-#   forget-gate bias  +1                 +1
-#   moving average    0.999 of the LSTM  none               read only by evaluation; training never reads it
-#   objective         loss x num_steps   the same           the loss summed over the unrolled steps, as ptb_word_lm's
-#   initial values    tables +-0.0019    uniform +-0.05     one initialiser for every config here; Parallax's
-#                     (unit scaling),                       bounds do not remove the early jumps of the loss
-#                     LSTM Glorot                           (measured: docs/architecture.md)
-# (Parallax's numbers are those of its example as the paper ran it; a later revision of its
-# language_model.py has a 128-unit state and batch x steps candidates.)
-
-CONFIGS = {
-    # For tests: seconds on a laptop, yet with dropout, clipping and every code path of the larger ones.
-    "tiny": Config("tiny", vocab_size=200, hidden_size=16, num_layers=2, num_steps=5, batch_size=4,
-                   init_scale=0.1, learning_rate=1.0, max_grad_norm=5.0, keep_prob=0.9,
-                   max_epoch=4, lr_decay=0.5),
-    # The paper's "small" (non-regularised) model: ~4.6M parameters, 2 x 200 units.
-    "small": Config("small", vocab_size=10000, hidden_size=200, num_layers=2, num_steps=20, batch_size=20,
-                    init_scale=0.1, learning_rate=1.0, max_grad_norm=5.0, keep_prob=1.0,
-                    max_epoch=4, lr_decay=0.5),
-    # The paper's "medium" model: 2 x 650 units, 50% dropout.
-    "medium": Config("medium", vocab_size=10000, hidden_size=650, num_layers=2, num_steps=35, batch_size=20,
-                     init_scale=0.05, learning_rate=1.0, max_grad_norm=5.0, keep_prob=0.5,
-                     max_epoch=6, lr_decay=0.8),
-    # Parallax's LM1B benchmark, scaled down (the table above): both big tables get sparse gradients.
-    "lm1b": Config("lm1b", vocab_size=793_470, hidden_size=2048, num_layers=1, num_steps=20, batch_size=128,
-                   init_scale=0.05, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9,
-                   max_epoch=4, lr_decay=0.5, projection_size=32, num_sampled=8192, forget_bias=1.0,
-                   update_rule=PARALLAX_LM1B),
-    # lm1b's code paths at test size; a projection of 6 puts partitions at rows that do not start a Philox
-    # block of 4 numbers.
-    "lm1b-tiny": Config("lm1b-tiny", vocab_size=500, hidden_size=16, num_layers=1, num_steps=5, batch_size=4,
-                        init_scale=0.1, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9,
-                        max_epoch=4, lr_decay=0.5, projection_size=6, num_sampled=32, forget_bias=1.0,
-                        update_rule=PARALLAX_LM1B),
-}
-
-
-def variable_shapes(config):
-    """{name: shape} of every trainable variable, in the canonical order used everywhere."""
-    h, d, v = config.hidden_size, config.output_size, config.vocab_size
-    shapes = {"embedding": (v, d)}
-    for layer in range(config.num_layers):
-        shapes[f"lstm_{layer}/kernel"] = (2 * d, 4 * h)
-        shapes[f"lstm_{layer}/bias"] = (4 * h,)
-        if config.projection_size:
-            shapes[f"lstm_{layer}/projection"] = (h, d)
-    shapes["softmax_w"] = (v, d)
-    shapes["softmax_b"] = (v,)
-    return shapes
-
-
-def sparse_variables(config):
-    """The variables whose gradient is tf.IndexedSlices: the embedding, and the softmax when it is sampled."""
-    return ("embedding", "softmax_w", "softmax_b") if config.num_sampled else ("embedding",)
-
-
-PARTITION_STRATEGIES = ("mod", "div")
-
-
-def part_rows(num_rows, partitions, strategy):
-    """The rows of the whole variable that each of its parts holds, in the part's own order, as ranges.
-
-    "mod" (TensorFlow 1's default for a list of shards, which Parallax ran): row i is row i // P of part i % P,
-    so a frequency-sorted vocabulary's frequent words are spread over every part. "div" (the only strategy of
-    TensorFlow 2's tf.nn.embedding_lookup): contiguous ranges, the first num_rows % P parts one row longer, as
-    tf.fixed_size_partitioner cuts them. Both give the parts the same sizes."""
-    if strategy == "mod":
-        return [range(p, num_rows, partitions) for p in range(partitions)]
-    sizes = [num_rows // partitions + (1 if p < num_rows % partitions else 0) for p in range(partitions)]
-    starts = [sum(sizes[:p]) for p in range(partitions + 1)]
-    return [range(starts[p], starts[p + 1]) for p in range(partitions)]
+import configs
 
 
 def join_rows(parts, strategy):
@@ -199,12 +59,6 @@ def split_rows(whole, rows_of_parts):
     return [whole[rows.start:rows.stop:rows.step] for rows in rows_of_parts]
 
 
-def state_shape(config, rows):
-    """The LSTM state that `rows` rows carry from step to step: per layer and row, the cell state (hidden_size)
-    followed by the output (output_size)."""
-    return [config.num_layers, rows, config.hidden_size + config.output_size]
-
-
 _PHILOX = 1               # tf.random.Algorithm.PHILOX: a counter-based generator, 4 numbers per counter value
 _SAMPLER_STREAM = 0x5A3   # folded into (seed, step): the candidates' stream, apart from the dropout masks'
 
@@ -217,7 +71,7 @@ def initial_value(config, seed, name, rows=None):
     contiguous rows starts TensorFlow's generator at the block of its first element and drops the numbers
     before it; a strided range (a "mod" part) computes the blocks of its own rows only. Either way a part
     holds exactly its rows of the whole value, and no process builds (or sends) more than its own rows."""
-    shape = variable_shapes(config)[name]
+    shape = configs.variable_shapes(config)[name]
     rows = range(shape[0]) if rows is None else rows
     row_size = math.prod(shape[1:])
     key, _ = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.constant([seed, zlib.crc32(name.encode())], tf.int64))
@@ -286,12 +140,13 @@ class LSTMLanguageModel:
         rows `part_rows(rows, partitions, partition_strategy)`. With Adagrad, each variable (part) gets an
         accumulator on its own device, whatever the device scope says."""
         self.config, self.strategy = config, partition_strategy
-        self.partitioned = sparse_variables(config) if partitions > 1 else ()
+        self.partitioned = configs.sparse_variables(config) if partitions > 1 else ()
         self.variables, self.accumulators = {}, {}
-        for name, shape in variable_shapes(config).items():
+        for name, shape in configs.variable_shapes(config).items():
             if name in self.partitioned:
                 self.variables[name] = [self._variable(f"{name}/part_{p}", config, seed, name, rows)
-                                        for p, rows in enumerate(part_rows(shape[0], partitions, partition_strategy))]
+                                        for p, rows in enumerate(configs.part_rows(shape[0], partitions,
+                                                                                   partition_strategy))]
             else:
                 self.variables[name] = self._variable(name, config, seed, name, range(shape[0]))
         if config.update_rule.optimizer == "adagrad":
@@ -309,7 +164,7 @@ class LSTMLanguageModel:
 
     @staticmethod
     def _variable(variable_name, config, seed, name, rows):
-        shape = variable_shapes(config)[name]
+        shape = configs.variable_shapes(config)[name]
 
         def initializer(shape, dtype=tf.float32, partition_info=None):
             return initial_value(config, seed, name, rows)
@@ -419,7 +274,7 @@ class LSTMLanguageModel:
     def loss(self, inputs, targets, initial_state, dropout_masks=None, candidates=None):
         """Forward pass of one worker's rows.
 
-        inputs, targets: int32 [rows, num_steps]; initial_state: float32 state_shape(config, rows); candidates:
+        inputs, targets: int32 [rows, num_steps]; initial_state: float32 configs.state_shape(config, rows); candidates:
         sampled_candidates() of the step, needed with a sampled softmax. Returns (loss, final_state). The loss
         is ptb_word_lm's training objective: the cross-entropy (of the full or of the sampled softmax) summed
         over the unrolled steps and averaged over the rows, so averaging the gradients of W equal shards gives
@@ -537,11 +392,6 @@ def update(lm, gradients, learning_rate):
     return tf.group(*[apply_gradient(lm, name, g, scale, learning_rate) for name, g in zip(names, prepared)]), global_norm
 
 
-def clipped(config, name):
-    """Whether the update rule clips the gradient of variable `name`."""
-    return config.update_rule.clipped == "all" or name.startswith("lstm_")
-
-
 def _row_squares(values):
     """The sum of squares of each row (of each element, for a vector)."""
     return tf.reduce_sum(tf.square(values), axis=list(range(1, values.shape.rank)))
@@ -556,7 +406,7 @@ def prepare_gradient(lm, name, gradient):
     the vocabulary, but one number per row, which is cheap) and the parts' vectors joined in row order, so
     sparse and dense gradients, any partitioning and either strategy give the norm the same bits."""
     parts, gradients = (lm.variables[name], gradient) if name in lm.partitioned else ([lm.variables[name]], [gradient])
-    prepared, row_squares, norm_needed = [], [], clipped(lm.config, name)
+    prepared, row_squares, norm_needed = [], [], configs.clipped(lm.config, name)
     for part, g in zip(parts, gradients):
         with tf.device(part.device):
             if isinstance(g, tf.IndexedSlices):
@@ -598,7 +448,7 @@ def apply_gradient(lm, name, gradients, scale, learning_rate):
     and sparse kernels round it differently (rows of 6 or 1 numbers), so --sparse_as_dense could not match
     the sparse path; sqrt and division are correctly rounded in every kernel."""
     rule = lm.config.update_rule
-    factor = scale if clipped(lm.config, name) else None
+    factor = scale if configs.clipped(lm.config, name) else None
     if name == "embedding" and rule.embedding_scale == "batch":
         factor = float(lm.config.batch_size) if factor is None else factor * float(lm.config.batch_size)
     parts = tf.nest.flatten(lm.variables[name])
@@ -635,11 +485,8 @@ class _WholeTable(saveable_object.SaveableObject):
         super().__init__(whole, [saveable_object.SaveSpec(whole, "", name)], name)
 
     def restore(self, restored_tensors, restored_shapes):
-        rows = split_rows(restored_tensors[0], part_rows(sum(part.shape[0] for part in self.parts), len(self.parts),
-                                                          self.strategy))
+        rows = split_rows(restored_tensors[0], configs.part_rows(sum(part.shape[0] for part in self.parts),
+                                                                  len(self.parts), self.strategy))
         return tf.group(*[part.assign(value) for part, value in zip(self.parts, rows)])
 
 
-def learning_rate(config, epoch):
-    """The paper's schedule: constant for max_epoch epochs, then decayed by lr_decay per epoch."""
-    return config.learning_rate * config.lr_decay ** max(epoch + 1 - config.max_epoch, 0)

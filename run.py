@@ -8,8 +8,8 @@ harness.data.shard) and combines them as a synchronous W-worker run does (model.
 W = 1 is plain single-device training. `python run.py --help` lists every flag.
 """
 
-import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, determinism, flags, training
+import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
+from harness import data, determinism, flags, runner_flags, training
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
 import tensorflow as tf
@@ -35,17 +35,10 @@ def reference_step(config, seed, feed, num_workers):
     return lm, tf.add_n(losses) / num_workers, tf.concat(final_states, axis=1), global_norm, train_op
 
 
-def parse_flags(argv=None):
-    parser = flags.parser("run", __doc__)
-    flags.DEFINE_integer("emulate_workers", 1, "compute each step as this many workers' shards, combined as they "
-                         "combine them", lower_bound=1, flag_values=parser)
-    args = flags.parse(parser, argv)
-    data.shard(flags.model_config(args).batch_size, 0, args.emulate_workers)  # the workers must divide the batch
-    return args
 
 
 def main():
-    args = parse_flags()
+    args = runner_flags.parse("run", __doc__)
     remove_stale_outputs(args)
     config = flags.model_config(args)
     batches = data.load(args, config)

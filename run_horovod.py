@@ -9,8 +9,8 @@ only rank 0 records results and writes the checkpoint. The embedding's sparse gr
 Horovod's sparse path (an allgather of its rows) unless --sparse_as_dense densifies it for an allreduce.
 """
 
-import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, determinism, flags, training
+import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
+from harness import data, determinism, flags, runner_flags, training
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
 import tensorflow as tf
@@ -23,15 +23,10 @@ except ImportError as error:  # absent, or built against another TensorFlow
     hvd, HOROVOD_ERROR = None, error
 
 
-def parse_flags(argv=None):
-    parser = flags.parser("run_horovod", __doc__)
-    flags.DEFINE_boolean("sparse_as_dense", False, "densify every sparse gradient (the embedding's, and the "
-                         "sampled softmax's) and allreduce it instead of allgathering its rows", flag_values=parser)
-    return flags.parse(parser, argv)
 
 
 def main():
-    args = parse_flags()
+    args = runner_flags.parse("run_horovod", __doc__)
     if hvd is None:
         raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
     config = flags.model_config(args)

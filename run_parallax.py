@@ -22,8 +22,8 @@ With --local_aggregation, the workers of one machine (one host of --worker_hosts
 gradients into queues on the machine's first worker, which sums them and sends one gradient per machine.
 """
 
-import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, flags, ps, training
+import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
+from harness import data, flags, gradient_queues, grpc_cluster, placement, runner_flags, training
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
 import tensorflow as tf
@@ -36,23 +36,12 @@ except ImportError as error:  # absent, or built against another TensorFlow
     hvd, HOROVOD_ERROR = None, error
 
 
-def parse_flags(argv=None):
-    parser = flags.parser("run_parallax", __doc__)
-    ps.add_cluster_flags(parser)
-    flags.DEFINE_boolean("average_sparse", True, "average the sparse gradients over workers (default) or sum "
-                         "them, as Parallax does by default", flag_values=parser)
-    flags.DEFINE_boolean("local_aggregation", False, "the workers of one machine (one host of --worker_hosts) sum "
-                         "their sparse gradients on the machine's first worker, which sends one gradient per machine "
-                         "to the parameter servers", flag_values=parser)
-    args = flags.parse(parser, argv)
-    ps.check_cluster_flags(args)
-    return args
 
 
 def hybrid_placement(kinds, num_ps, worker_device):
     """A device function: sparse variables (or their parts) on the parameter servers, spread by size; every
     other op without a device of its own on this worker."""
-    greedy = ps.GreedyBySize(num_ps)
+    greedy = placement.GreedyBySize(num_ps)
 
     def place(op):
         if op.type == "VarHandleOp" and kinds.get(op.name.split("/part_")[0]) == "sparse":
@@ -67,7 +56,7 @@ def variable_kinds(config, seed, batches, rows):
     with tf.Graph().as_default():
         scratch = model.LSTMLanguageModel(config, seed)
         feed = StepFeed(config, batches, rows)
-        return ps.gradient_kinds(scratch.variables, scratch.worker_gradients(
+        return placement.gradient_kinds(scratch.variables, scratch.worker_gradients(
             scratch.loss(feed.inputs, feed.targets, feed.initial_state,
                          candidates=scratch.sampled_candidates(seed, feed.step))[0]))
 
@@ -79,10 +68,10 @@ def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
     this worker's session needs)."""
     send, sender, num_senders, peers = [], rank, num_workers, ["/job:ps"]
     if args.local_aggregation:
-        groups = ps.machines(args.worker_hosts)
+        groups = placement.machines(args.worker_hosts)
         sender, num_senders = next((m, len(groups)) for m, group in enumerate(groups) if rank in group)
         group = groups[sender]
-        send, from_workers = ps.collect_gradients(parts, gradients, step, group.index(rank), len(group),
+        send, from_workers = gradient_queues.collect_gradients(parts, gradients, step, group.index(rank), len(group),
                                                   rank == group[0], f"/job:worker/task:{group[0]}")
         if rank == group[0]:
             gradients = [model.deduplicate(model.concatenate_slices(g)) for g in zip(*from_workers)]
@@ -90,7 +79,7 @@ def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
             gradients, peers = None, peers + [f"/job:worker/task:{group[0]}"]
     received = None
     if gradients is not None:
-        to_ps, received = ps.collect_gradients(parts, gradients, step, sender, num_senders, rank == 0)
+        to_ps, received = gradient_queues.collect_gradients(parts, gradients, step, sender, num_senders, rank == 0)
         send += to_ps
     return send, received, num_senders, peers
 
@@ -137,7 +126,7 @@ class HybridStep:
         parts = tf.nest.flatten([variables[i] for i in self.sparse])
         send, received, self.num_senders, self.peers = send_sparse_gradients(
             args, parts, tf.nest.flatten([gradients[i] for i in self.sparse]), feed.step, rank, num_workers)
-        scale_queues = [ps.queue(f"scale/worker{r}", [tf.float32, tf.float32], "/job:ps/task:0")
+        scale_queues = [gradient_queues.queue(f"scale/worker{r}", [tf.float32, tf.float32], "/job:ps/task:0")
                         for r in range(num_workers)]
         if chief:
             publish, self.start, rows_received = chief_sparse_update(
@@ -156,11 +145,11 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
     """Initialises (the dense replicas from rank 0, the sparse variables by the chief), runs the steps and,
     on the chief, records them and writes the checkpoint."""
     chief = args.task_index == 0
-    done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
+    done = [gradient_queues.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
     saver = lm.saver()
     replicated = lm.state([name for name in lm.variables if kinds[name] == "dense"])  # with their accumulators
     if chief:
-        ps.print_placement("run_parallax", lm, kinds)
+        placement.print_placement("run_parallax", lm, kinds)
 
     with cluster.session(tf.compat.v1.get_default_graph(), hybrid.peers) as session:
         session.run(tf.compat.v1.variables_initializer(replicated))
@@ -187,15 +176,15 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
 
 
 def main():
-    args = parse_flags()
+    args = runner_flags.parse("run_parallax", __doc__)
     if args.job_name == "worker" and args.task_index == 0:  # the chief: this run's outputs are its
         remove_stale_outputs(args)
     if hvd is None:
         raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
     config = flags.model_config(args)
-    cluster = ps.Cluster(args)
+    cluster = grpc_cluster.Cluster(args)
     if args.job_name == "ps":
-        return ps.serve(cluster, args)
+        return grpc_cluster.serve(cluster, args)
     hvd.init()  # Parallax: every worker is also a Horovod rank, the same as its task index
     rank, num_workers = args.task_index, len(args.worker_hosts)
     if (hvd.rank(), hvd.size()) != (rank, num_workers):

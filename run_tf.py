@@ -25,37 +25,27 @@ accumulators average the first W fresh gradients in whatever order they arrive. 
 SynchronousStep does), but a fast worker may still take a slow one's token and give one update two gradients.
 """
 
-import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, flags, ps, training
+import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
+from harness import data, flags, gradient_queues, grpc_cluster, placement, runner_flags, training
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
 import numpy as np
 import tensorflow as tf
 
+import configs
 import model
 
 
-def parse_flags(argv=None):
-    parser = flags.parser("run_tf", __doc__)
-    ps.add_cluster_flags(parser)
-    flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
-    flags.DEFINE_boolean("sync_replicas", False, "synchronous with TensorFlow's own SyncReplicasOptimizer "
-                         "(not exact: for make bench, not verify)", flag_values=parser)
-    args = flags.parse(parser, argv)
-    if args.sync_replicas and not args.sync:
-        raise harness.UsageError("--sync_replicas: it is synchronous, not with --sync=false")
-    ps.check_cluster_flags(args)
-    return args
 
 
 def main():
-    args = parse_flags()
+    args = runner_flags.parse("run_tf", __doc__)
     if args.job_name == "worker" and args.task_index == 0:  # the chief: this run's outputs are its
         remove_stale_outputs(args)
     config = flags.model_config(args)
-    cluster = ps.Cluster(args)  # PS: every task is a gRPC server
+    cluster = grpc_cluster.Cluster(args)  # PS: every task is a gRPC server
     if args.job_name == "ps":
-        return ps.serve(cluster, args)
+        return grpc_cluster.serve(cluster, args)
     rank, num_workers = args.task_index, len(args.worker_hosts)
     chief = rank == 0
     rows = data.shard(config.batch_size, rank, num_workers)
@@ -66,7 +56,7 @@ def main():
     # PS: variables on the parameter servers, spread by size; every other op on this worker.
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
             cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}",
-            ps_strategy=ps.GreedyBySize(len(args.ps_hosts)))):
+            ps_strategy=placement.GreedyBySize(len(args.ps_hosts)))):
         lm = model.LSTMLanguageModel(config, args.seed, args.partitions, args.partition_strategy)
         loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
                                     lm.dropout_masks(args.seed, feed.step, rows),
@@ -75,10 +65,10 @@ def main():
         step_kind = SyncReplicasStep if args.sync_replicas else SynchronousStep if args.sync else AsynchronousStep
         step_graph = step_kind(config, lm, feed, loss, final_state, gradients, rank, num_workers,
                                batches.epoch_size)
-    done = [ps.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
+    done = [gradient_queues.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
     saver = lm.saver()
     if chief:
-        ps.print_placement("run_tf", lm, ps.gradient_kinds(lm.variables, gradients))
+        placement.print_placement("run_tf", lm, placement.gradient_kinds(lm.variables, gradients))
 
     with cluster.session(tf.compat.v1.get_default_graph(), ["/job:ps"]) as session:
         if chief:  # the first run waits for the parameter servers to come up
@@ -103,11 +93,11 @@ class SynchronousStep:
 
     def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers, epoch_size):
         self.config, self.chief, self.final_state = config, rank == 0, final_state
-        send, received = ps.collect_gradients(tf.nest.flatten(lm.variable_list), tf.nest.flatten(gradients),
+        send, received = gradient_queues.collect_gradients(tf.nest.flatten(lm.variable_list), tf.nest.flatten(gradients),
                                               feed.step, rank, num_workers, self.chief)
-        loss_queues = [ps.queue(f"loss/worker{r}", [tf.int64, tf.float32], "/job:ps/task:0")
+        loss_queues = [gradient_queues.queue(f"loss/worker{r}", [tf.int64, tf.float32], "/job:ps/task:0")
                        for r in range(num_workers)]
-        token_queues = [ps.queue(f"token/worker{r}", [tf.int64], "/job:ps/task:0") for r in range(num_workers)]
+        token_queues = [gradient_queues.queue(f"token/worker{r}", [tf.int64], "/job:ps/task:0") for r in range(num_workers)]
         self.send = send + [loss_queues[rank].enqueue([feed.step, loss])]
         self.wait_for_update = token_queues[rank].dequeue()
         if self.chief:
@@ -153,9 +143,9 @@ class AsynchronousStep:
             applied_step = global_step.assign_add(1)
         self.fetches = [loss, final_state, global_norm, read_step, applied_step]
         # The variables must be initialised (by the chief) before anyone reads them.
-        started = [ps.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
+        started = [gradient_queues.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
         self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
-        finished = ps.queue("finished", [tf.int32], "/job:ps/task:0", capacity=num_workers)
+        finished = gradient_queues.queue("finished", [tf.int32], "/job:ps/task:0", capacity=num_workers)
         self.finish_own = finished.enqueue([rank])
         self.wait_for_all = [finished.dequeue() for _ in range(num_workers)]
         self.staleness, self.last_applied = [], 0
@@ -216,7 +206,7 @@ class SyncReplicasStep:
         # Each worker clips its own gradient (ptb_word_lm's, Parallax's) before the aggregation.
         names = [name for name, variable in lm.variables.items() for _ in tf.nest.flatten(variable)]
         flat = tf.nest.flatten(gradients)
-        clip = [i for i, name in enumerate(names) if model.clipped(config, name)]
+        clip = [i for i, name in enumerate(names) if configs.clipped(config, name)]
         clipped, global_norm = tf.clip_by_global_norm([flat[i] for i in clip], config.max_grad_norm)
         for i, g in zip(clip, clipped):
             flat[i] = g
@@ -224,7 +214,7 @@ class SyncReplicasStep:
         with tf.control_dependencies([train_op]):
             applied_step = global_step.read_value()
         self.fetches = [loss, final_state, global_norm, applied_step]
-        started = [ps.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
+        started = [gradient_queues.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
         self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
         if self.chief:
             # No initial tokens: every worker waits for the first update, as in SynchronousStep (TF's default,

@@ -34,14 +34,13 @@ import subprocess
 import sys
 import time
 
-import harness  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import experiments, flags, launch
+import harness
+from harness import experiments, flags, launch, runner_flags
 from harness.experiments import RUNS
 from harness.starters import docker
 from harness.starters.ssh import Ssh
 
 import checkpoints_compare
-import run
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -129,7 +128,7 @@ def check_run_flags(args, name):
     argv = command(args, name)
     try:
         if not RUNS[name].architecture:
-            run.parse_flags(argv[argv.index(os.path.join(REPO, "run.py")) + 1:])
+            runner_flags.parse("run", "", argv[argv.index(os.path.join(REPO, "run.py")) + 1:])
         else:
             launch.parse_flags(argv[3:])
     except harness.UsageError as error:

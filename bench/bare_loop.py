@@ -5,7 +5,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
+import harness.determinism  # noqa: E402  (first: it fixes TensorFlow's kernels)
 from harness import data, determinism, flags, training  # noqa: E402
 from harness.timer import ThroughputTimer  # noqa: E402
 from harness.training import StepFeed  # noqa: E402

@@ -19,7 +19,6 @@ from bench.pinned import start_pinned  # noqa: E402
 import harness  # noqa: E402
 from harness import environment, flags  # noqa: E402
 
-import model  # noqa: E402
 
 
 

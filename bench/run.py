@@ -27,13 +27,13 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
+import harness.determinism  # noqa: E402  (first: it fixes TensorFlow's kernels)
 from harness import environment, experiments, flags  # noqa: E402
 from harness.experiments import RUNS  # noqa: E402
 from harness.starters import netns  # noqa: E402
 
 from bench import predict, traffic  # noqa: E402
-import model  # noqa: E402
+import configs  # noqa: E402
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -42,7 +42,7 @@ def parse_flags(argv=None):
     parser = flags.parser("bench", __doc__)
     flags.DEFINE_parsed("net", netns.Link.parse("100mbit"), netns.Link.parse, "every machine's link rate",
                         parser)
-    flags.DEFINE_list("configs", [c for c in ("small", "lm1b") if c in model.CONFIGS], "configs to sweep",
+    flags.DEFINE_list("configs", [c for c in ("small", "lm1b") if c in configs.CONFIGS], "configs to sweep",
                       flag_values=parser)
     flags.DEFINE_list("runners", experiments.DISTRIBUTED, "runners to sweep", flag_values=parser)
     flags.DEFINE_list("workers", ["1", "2", "4"], "worker counts to sweep", flag_values=parser)
@@ -71,8 +71,8 @@ def parse_flags(argv=None):
         args.repeats, args.workers, args.steps, args.warmup_steps = 1, ["2"], 16, 6
         args.configs = args.configs if parser["configs"].present else ["small"]
     for name in args.configs:
-        if name not in model.CONFIGS:
-            raise harness.UsageError(f"--configs: unknown config {name!r} (known: {', '.join(model.CONFIGS)})")
+        if name not in configs.CONFIGS:
+            raise harness.UsageError(f"--configs: unknown config {name!r} (known: {', '.join(configs.CONFIGS)})")
     for name in args.runners:
         if name not in experiments.DISTRIBUTED:
             raise harness.UsageError(f"--runners: unknown runner {name!r} (known: {', '.join(experiments.DISTRIBUTED)})")
@@ -82,9 +82,9 @@ def parse_flags(argv=None):
         raise harness.UsageError(f"--workers: expected numbers, got {','.join(args.workers)}")
     for name in args.configs:
         for w in args.workers:
-            if w < 1 or (args.scaling == "strong" and model.CONFIGS[name].batch_size % w):
+            if w < 1 or (args.scaling == "strong" and configs.CONFIGS[name].batch_size % w):
                 raise harness.UsageError(f"--workers: {w} workers do not divide {name}'s batch of "
-                                         f"{model.CONFIGS[name].batch_size} rows")
+                                         f"{configs.CONFIGS[name].batch_size} rows")
     return args
 
 
@@ -114,7 +114,7 @@ def run_quietly(command, what):
 
 def run_config(args, num_workers):
     """The config of a run of `num_workers` workers: weak scaling gives each worker the config's batch."""
-    config = model.CONFIGS[args.config]
+    config = configs.CONFIGS[args.config]
     if args.scaling == "weak":
         return dataclasses.replace(config, batch_size=config.batch_size * num_workers)
     return config
@@ -155,7 +155,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                                               partitions)
     # W tasks on CORES cores: each worker computes 1/W of the global batch, but no faster than the cores allow.
     compute = one_device_throughput["median_step_seconds"]
-    compute_share = batch_size / model.CONFIGS[args.config].batch_size * max(1 / num_workers, 1 / CORES)
+    compute_share = batch_size / configs.CONFIGS[args.config].batch_size * max(1 / num_workers, 1 / CORES)
     compute_term = compute * compute_share
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size, "workers": num_workers, "ps": num_ps,
@@ -238,9 +238,9 @@ def table(records):
 def extrapolate(args, prepared):
     """bench.predict's extrapolation to 8-48 machines, of the sweep's most sparse-heavy config (Parallax's case),
     with the compute time measured here: results/bench-predict.jsonl, for make report."""
-    args.config = max(prepared, key=lambda name: len(model.sparse_variables(model.CONFIGS[name])))
+    args.config = max(prepared, key=lambda name: len(configs.sparse_variables(configs.CONFIGS[name])))
     compute = prepared[args.config][1]["median_step_seconds"]
-    records = predict.extrapolate(model.CONFIGS[args.config], args, compute, predict.MACHINES)
+    records = predict.extrapolate(configs.CONFIGS[args.config], args, compute, predict.MACHINES)
     print(f"bench: extrapolated {args.config} to {', '.join(map(str, predict.MACHINES))} machines "
           f"-> {predict.write(args.results_dir, records)} (python -m bench.predict --config={args.config})")
 
@@ -261,7 +261,7 @@ def main():
     for i, (config, runner, w, repeat) in enumerate(combinations, 1):
         args.config = config
         if config not in prepared:
-            variables = traffic.model_variables(model.CONFIGS[config])
+            variables = traffic.model_variables(configs.CONFIGS[config])
             prepared[config] = (variables, one_device(args), {})
             print(f"bench: {config}: one device (run.py) trains {prepared[config][1]['median']:,.0f} words/sec, "
                   f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median)", flush=True)

@@ -21,12 +21,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from bench.bare_loop import timed_steps  # noqa: E402
 from bench.pinned import start_pinned  # noqa: E402
-import harness  # noqa: E402  (first: it fixes TensorFlow's kernels)
+import harness.determinism  # noqa: E402  (first: it fixes TensorFlow's kernels)
 from harness import data, determinism, environment, flags  # noqa: E402
 from harness.training import StepFeed  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import configs  # noqa: E402
 import model  # noqa: E402
 
 TARGET = 0.97
@@ -64,8 +65,8 @@ def time_steps(args, config):
 def bytes_per_worker(args, config):
     """What one worker of --workers sends per step: its dense gradients' bytes, and per sparse variable the
     mean number of rows (distinct words) its gradient has over the first steps, averaged over the workers."""
-    shapes = model.variable_shapes(config)
-    sparse = model.sparse_variables(config)
+    shapes = configs.variable_shapes(config)
+    sparse = configs.sparse_variables(config)
     batches = data.load(args, config)
     rows = {name: [] for name in sparse}
     with tf.Graph().as_default():

@@ -14,12 +14,13 @@ bytes in that phase divided by the rate.
 """
 import dataclasses
 
-import harness  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import numpy as np
 import tensorflow as tf
 
+import configs
 import model
-from harness import data
+from harness import data, placement
 from harness.training import StepFeed
 
 FLOAT_BYTES = 4  # float32 values
@@ -44,11 +45,11 @@ class Variable:
 
 
 def model_variables(config):
-    """The model's variables with the kind of each gradient (model.sparse_variables: those the runners find
+    """The model's variables with the kind of each gradient (configs.sparse_variables: those the runners find
     sparse from the type of the gradient TensorFlow builds, as Parallax finds them)."""
-    sparse = model.sparse_variables(config)
+    sparse = configs.sparse_variables(config)
     return [Variable(name, tuple(shape), "sparse" if name in sparse else "dense")
-            for name, shape in model.variable_shapes(config).items()]
+            for name, shape in configs.variable_shapes(config).items()]
 
 
 @dataclasses.dataclass
@@ -89,19 +90,9 @@ def touched_rows(config, args, variables, num_workers, sample_steps):
 
 
 def parts(variable, partitions, strategy="mod"):
-    """The rows of each part of a sparse variable, as ranges (model.part_rows: round robin or contiguous); a
+    """The rows of each part of a sparse variable, as ranges (configs.part_rows: round robin or contiguous); a
     dense variable is one part."""
-    return model.part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, strategy)
-
-
-def greedy_placement(sizes, num_ps):
-    """The parameter server of each part, as ps.GreedyBySize places them: each to the least loaded so far."""
-    loads, placed = [0] * num_ps, []
-    for size in sizes:
-        task = loads.index(min(loads))
-        loads[task] += size
-        placed.append(task)
-    return placed
+    return configs.part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, strategy)
 
 
 def _count(indices, rows):
@@ -143,7 +134,7 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     hybrid-local     run_parallax.py --local_aggregation: as hybrid, but each machine's first worker pushes the
                      union of its machine's rows (`machine_groups`: the workers of each machine)
 
-    Sparse variables are split into `partitions` parts by `strategy` (model.part_rows) and the parts spread over
+    Sparse variables are split into `partitions` parts by `strategy` (configs.part_rows) and the parts spread over
     the servers by size, as the runners place them."""
     found = []
     sparse = [v for v in variables if v.kind == "sparse"]
@@ -160,7 +151,8 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     if architecture in ("hybrid", "hybrid-local"):
         found += _ring(num_workers, sum(v.bytes for v in dense))
     placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions, strategy)]
-    servers = greedy_placement([len(rows) * v.row_bytes for v, rows in placed_parts], num_ps)
+    greedy = placement.GreedyBySize(num_ps)  # the runners' placement
+    servers = [greedy.add(len(rows) * v.row_bytes) for v, rows in placed_parts]
     groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
     for (v, rows), p in zip(placed_parts, servers):
         ps = f"ps{p}"

@@ -1,22 +1,9 @@
 """What every runner shares: flags, data and sharding, determinism, the throughput timer and the recorder of
-results. The runners (run.py, run_tf.py, run_horovod.py, run_parallax.py) import this package FIRST."""
+results. The package itself loads no TensorFlow (the launcher, the traffic model and the report import it);
+a runner imports harness.determinism before TensorFlow."""
 import os
 import resource
 import sys
-
-# oneDNN's CPU kernels choose their summation order by shape and thread count; every process of every runner
-# must use the same plain Eigen kernels. The variable is read when TensorFlow loads, so it is set here.
-if "tensorflow" in sys.modules:
-    raise ImportError("import harness before tensorflow: it fixes TensorFlow's kernels for determinism")
-os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import tensorflow as tf  # noqa: E402
-
-# Before any graph is built: some ops choose their implementation when they are created (with determinism
-# on, the softmax cross-entropy is built from LogSoftmax and Gather instead of its fused kernel), so a graph
-# built before this line computes other bits than one built after it.
-tf.config.experimental.enable_op_determinism()
 
 
 class UsageError(Exception):

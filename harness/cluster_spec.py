@@ -16,8 +16,6 @@ Anything malformed is a UsageError: one line, exit 2."""
 import json
 import os
 
-import tensorflow as tf
-
 import harness
 from harness import flags
 
@@ -45,6 +43,8 @@ def resolve(args):
 
 def from_tf_config(text):
     """(job, index, ps addresses, worker addresses) of TF_CONFIG's text."""
+    import tensorflow as tf  # here, not above: the launcher checks cluster flags without loading TensorFlow
+
     def bad(why):
         return harness.UsageError(f"TF_CONFIG: {why}")
     try:
@@ -92,6 +92,8 @@ def from_tf_config(text):
 
 def from_slurm_step(num_ps):
     """(job, index, ps addresses, worker addresses) of this task of the Slurm job step."""
+    import tensorflow as tf  # here, not above: the launcher checks cluster flags without loading TensorFlow
+
     # TensorFlow's resolver runs nvidia-smi unless told the GPUs, fails without one (tensorflow#56894), and hands
     # out ports only while it has GPUs to pair them with: so one pretended GPU per task, which it must not apply.
     num_tasks = int(os.environ["SLURM_STEP_NUM_TASKS"])

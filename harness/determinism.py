@@ -1,8 +1,25 @@
 """TensorFlow settings that make two identical runs give bit-identical parameters, and different graphs of
 the same computation (one process emulating W workers, W worker processes) give the same bits.
-(TF_ENABLE_ONEDNN_OPTS=0 and op determinism are set when `harness` is imported, before any graph exists.)"""
-import tensorflow as tf
-from tensorflow.core.protobuf import rewriter_config_pb2
+
+Import this module before TensorFlow: it chooses TensorFlow's kernels, which TensorFlow reads when it loads.
+"""
+import os
+import sys
+
+# oneDNN's CPU kernels choose their summation order by shape and thread count; every process of every runner
+# must use the same plain Eigen kernels. The variable is read when TensorFlow loads, so it is set here.
+if "tensorflow" in sys.modules:
+    raise ImportError("import harness.determinism before tensorflow: it fixes TensorFlow's kernels")
+os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+from tensorflow.core.protobuf import rewriter_config_pb2  # noqa: E402
+
+# Before any graph is built: some ops choose their implementation when they are created (with determinism
+# on, the softmax cross-entropy is built from LogSoftmax and Gather instead of its fused kernel), so a graph
+# built before this line computes other bits than one built after it.
+tf.config.experimental.enable_op_determinism()
 
 
 def session_config(args):

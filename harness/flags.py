@@ -21,7 +21,7 @@ from absl import flags as absl_flags
 from absl.flags import (DEFINE_boolean, DEFINE_enum, DEFINE_float, DEFINE_integer, DEFINE_list,  # noqa: F401
                         DEFINE_multi_string, DEFINE_string)
 
-import model
+import configs
 from harness import UsageError
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull", "-?")
@@ -44,8 +44,8 @@ def validate(flag_values, name, check, message):
 def parser(runner, description):
     """The shared flags; `runner` names the default checkpoint directory and run."""
     p = FlagSet(f"{runner}.py", description)
-    DEFINE_enum("config", "small", sorted(model.CONFIGS),
-                "model configuration (model.CONFIGS): tiny for tests, small and medium as in the paper, lm1b "
+    DEFINE_enum("config", "small", sorted(configs.CONFIGS),
+                "model configuration (configs.CONFIGS): tiny for tests, small and medium as in the paper, lm1b "
                 "Parallax's sparse-heavy LM1B (lm1b-tiny for tests)", flag_values=p)
     DEFINE_integer("batch_size", None, "the global batch in rows, shared by the workers (default: the config's); "
                    "make bench's weak scaling gives W workers W times the config's batch", lower_bound=1,
@@ -70,7 +70,7 @@ def parser(runner, description):
 
 def model_config(args):
     """The model configuration the flags name: --config's, with --batch_size's batch when given."""
-    config = model.CONFIGS[args.config]
+    config = configs.CONFIGS[args.config]
     return dataclasses.replace(config, batch_size=args.batch_size) if args.batch_size else config
 
 

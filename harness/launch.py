@@ -18,14 +18,13 @@ under harness/starters/, are described there; with --mpi, one local mpirun task 
 (`starters/mpirun.py`).
 """
 import dataclasses
-import importlib
 import json
 import os
 import socket
 import sys
 
 import harness
-from harness import data, flags, partition_search
+from harness import data, flags, partition_search, runner_flags
 from harness.tasks import Task, run_tasks
 from harness.experiments import SCRIPTS
 from harness.starters import docker, mpirun, netns
@@ -194,9 +193,8 @@ def parse_flags(argv):
     # per task.
     cluster_flags = ["--job_name=worker", "--task_index=0", "--ps_hosts=127.0.0.1:1",
                      f"--worker_hosts={','.join(['127.0.0.1:1'] * args.workers)}"]
-    runner = importlib.import_module(SCRIPTS[args.architecture][:-3])
-    args.runner_args = runner.parse_flags(args.runner_flags + (cluster_flags if args.architecture != "horovod"
-                                                               else []))
+    args.runner_args = runner_flags.parse(SCRIPTS[args.architecture][:-3], "", args.runner_flags + (
+        cluster_flags if args.architecture != "horovod" else []))
     data.shard(flags.model_config(args.runner_args).batch_size, 0, args.workers)
     if args.docker:
         docker.check(args.docker, [args.runner_args.data_path, args.runner_args.ckpt_dir,

@@ -19,7 +19,8 @@ import math
 import os
 import time
 
-import tensorflow as tf
+from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+import tensorflow as tf  # noqa: E402
 
 import harness
 from harness import environment, events

@@ -3,9 +3,10 @@ to feed them at step t."""
 import time
 
 import numpy as np
-import tensorflow as tf
+from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+import tensorflow as tf  # noqa: E402
 
-import model
+import configs
 
 
 def loop(steps, run_step, record=None):
@@ -31,7 +32,7 @@ class StepFeed:
         num_rows = len(range(config.batch_size)[rows])
         self.inputs = tf.compat.v1.placeholder(tf.int32, [num_rows, config.num_steps], "inputs")
         self.targets = tf.compat.v1.placeholder(tf.int32, [num_rows, config.num_steps], "targets")
-        self.state_shape = model.state_shape(config, num_rows)
+        self.state_shape = configs.state_shape(config, num_rows)
         self.initial_state = tf.compat.v1.placeholder(tf.float32, self.state_shape, "initial_state")
         self.step = tf.compat.v1.placeholder(tf.int64, [], "step")
         self.learning_rate = tf.compat.v1.placeholder(tf.float32, [], "learning_rate")
@@ -46,5 +47,5 @@ class StepFeed:
             self.targets: targets[self.rows],
             self.initial_state: state,
             self.step: step,
-            self.learning_rate: model.learning_rate(self.config, self.batches.epoch(step)),
+            self.learning_rate: configs.learning_rate(self.config, self.batches.epoch(step)),
         }

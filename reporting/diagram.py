@@ -1,13 +1,13 @@
 """The figure of where each architecture keeps the variables and what crosses which link in one step.
 
-Sizes come from the config recorded in the runs' summaries, through model.py's own table of variables
+Sizes come from the config recorded in the runs' summaries, through configs.py's own table of variables
 (so a new config, or a new variable, is drawn as the runners build it)."""
 import dataclasses
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch
 
-import model
+import configs
 from reporting import blocks, palette
 from reporting.plots import _save
 
@@ -24,14 +24,14 @@ class Sizes:
 
 
 def sizes(config_record):
-    """Sizes of the variables of the config a summary recorded, or None when model.py no longer knows it."""
+    """Sizes of the variables of the config a summary recorded, or None when configs.py no longer knows it."""
     try:
-        config = model.Config(**config_record)
+        config = configs.Config(**config_record)
     except TypeError:
         return None
-    shapes = model.variable_shapes(config)
+    shapes = configs.variable_shapes(config)
     count = {name: _product(shape) for name, shape in shapes.items()}
-    sparse = model.sparse_variables(config)
+    sparse = configs.sparse_variables(config)
     return Sizes(config.name, BYTES_PER_FLOAT * sum(n for name, n in count.items() if name not in sparse),
                  BYTES_PER_FLOAT * sum(count[name] for name in sparse),
                  BYTES_PER_FLOAT * shapes[sparse[0]][-1] if sparse else 0, sparse)

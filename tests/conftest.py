@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-import harness  # noqa: F401  (before TensorFlow: it fixes the kernels, as in the runners)
+import harness.determinism  # noqa: F401  (before TensorFlow: it fixes the kernels, as in the runners)
 import numpy as np
 import pytest
 import tensorflow as tf

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import REPO, read_jsonl, run_script
 from bench import traffic
-from harness import experiments
-import model
+from harness import experiments, placement
+import configs
 
 DENSE = traffic.Variable("kernel", (10, 10), "dense")         # 400 bytes
 TABLE = traffic.Variable("table", (100, 5), "sparse")         # rows of 20 bytes
@@ -30,8 +30,8 @@ def machines(*groups):
 @pytest.mark.parametrize("config, sparse", [("tiny", {"embedding"}),
                                             ("lm1b-tiny", {"embedding", "softmax_w", "softmax_b"})])
 def test_the_model_s_variables_keep_their_shapes_and_kinds(config, sparse):
-    variables = traffic.model_variables(model.CONFIGS[config])
-    assert [(v.name, v.shape) for v in variables] == list(model.variable_shapes(model.CONFIGS[config]).items())
+    variables = traffic.model_variables(configs.CONFIGS[config])
+    assert [(v.name, v.shape) for v in variables] == list(configs.variable_shapes(configs.CONFIGS[config]).items())
     assert {v.name for v in variables if v.kind == "sparse"} == sparse
 
 
@@ -66,7 +66,7 @@ def test_round_robin_parts_spread_the_frequent_low_ids_over_every_server():
     live on the first server; round robin ("mod", Parallax's) puts two on each."""
     step = one_step([0, 1, 2, 3])
     pushed = {}
-    for strategy in model.PARTITION_STRATEGIES:
+    for strategy in configs.PARTITION_STRATEGIES:
         flows = traffic.flows("ps", [TABLE], step, 1, 2, partitions=2, strategy=strategy)
         pushed[strategy] = sorted((f[1], f[2]) for f in flows if f[0] == "worker0" and f[3] == traffic.EXCHANGE)
     assert pushed["div"] == [("ps0", 4 * 24), ("ps1", 0)]
@@ -96,9 +96,10 @@ def test_phases_add_up_the_busiest_direction_of_each():
 
 
 def test_greedy_placement_is_the_runners_placement():
-    variables = traffic.model_variables(model.CONFIGS["small"])
+    variables = traffic.model_variables(configs.CONFIGS["small"])
     # run_tf.py's placement of the small config on 2 servers (printed by the runner, tested in test_tf.py)
-    assert traffic.greedy_placement([v.bytes for v in variables], 2) == [0, 1, 1, 1, 1, 1, 0]
+    greedy = placement.GreedyBySize(2)
+    assert [greedy.add(v.bytes) for v in variables] == [0, 1, 1, 1, 1, 1, 0]
 
 
 def test_tasks_of_one_machine_cost_no_link_bytes():
@@ -108,7 +109,7 @@ def test_tasks_of_one_machine_cost_no_link_bytes():
 
 
 def test_touched_rows_are_the_run_s_word_ids():
-    config = model.CONFIGS["tiny"]
+    config = configs.CONFIGS["tiny"]
     variables = traffic.model_variables(config)
     args = argparse.Namespace(seed=1, data_path="")
     rows = traffic.touched_rows(config, args, variables, 2, [3])
@@ -122,7 +123,7 @@ def test_touched_rows_are_the_run_s_word_ids():
 
 
 def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
-    config = model.CONFIGS["lm1b-tiny"]
+    config = configs.CONFIGS["lm1b-tiny"]
     args = argparse.Namespace(seed=1, data_path="")
     rows = traffic.touched_rows(config, args, traffic.model_variables(config), 1, [2])
     from harness import data
@@ -180,7 +181,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path):
     assert [(r["runner"], r["workers"], r["ps"], r["machines"]) for r in records] == [("tf", 2, 2, 2),
                                                                                  ("horovod", 2, 2, 2)]
     for record in records:
-        assert record["scaling"] == "weak" and record["batch_size"] == 2 * model.CONFIGS["tiny"].batch_size
+        assert record["scaling"] == "weak" and record["batch_size"] == 2 * configs.CONFIGS["tiny"].batch_size
         summary = json.loads((tmp_path / "results/bench" / (record["run_name"] + ".json")).read_text())
         assert summary["config"]["batch_size"] == record["batch_size"]  # the runners trained that batch
         assert record["measured_steps_counted"] == 8 and record["throughput"]["measured_steps"] == 8

@@ -1,4 +1,5 @@
 import argparse
+import dataclasses
 import hashlib
 import subprocess
 import sys
@@ -7,13 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import configs
 import model
 from bench.sparse_update import densify
 from conftest import REPO, bit_identical
 from harness import data, determinism
 
-TINY = model.CONFIGS["tiny"]
-LM1B_TINY = model.CONFIGS["lm1b-tiny"]
+TINY = configs.CONFIGS["tiny"]
+LM1B_TINY = configs.CONFIGS["lm1b-tiny"]
 
 
 def build(config=TINY, seed=1, rows=slice(None), partitions=1, strategy="mod"):
@@ -24,7 +26,7 @@ def build(config=TINY, seed=1, rows=slice(None), partitions=1, strategy="mod"):
         n = len(range(config.batch_size)[rows])
         inputs = tf.compat.v1.placeholder(tf.int32, [n, config.num_steps])
         step = tf.constant(3, tf.int64)
-        loss, _ = lm.loss(inputs, inputs, tf.zeros(model.state_shape(config, n)), lm.dropout_masks(seed, step, rows),
+        loss, _ = lm.loss(inputs, inputs, tf.zeros(configs.state_shape(config, n)), lm.dropout_masks(seed, step, rows),
                           lm.sampled_candidates(seed, step))
     return graph, lm, loss, inputs
 
@@ -46,7 +48,7 @@ def initial_parameters_digest(seed):
 
 
 def test_initial_parameters_are_the_same_in_every_process():
-    code = ("import harness, sys; sys.path.insert(0, 'tests'); import test_model; "
+    code = ("import harness.determinism, sys; sys.path.insert(0, 'tests'); import test_model; "
             "print(test_model.initial_parameters_digest(7))")
     other_process = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                                    check=True).stdout.strip()
@@ -57,7 +59,7 @@ def test_initial_parameters_are_the_same_in_every_process():
 def test_variables_hold_the_documented_initial_values():
     values = initial_values(*build(seed=5)[:2])
     for name, value in values.items():
-        assert value.shape == model.variable_shapes(TINY)[name]
+        assert value.shape == configs.variable_shapes(TINY)[name]
         np.testing.assert_array_equal(value, model.initial_value(TINY, 5, name))  # eager: the same function
         assert np.abs(value).max() <= TINY.init_scale
     embedding = values["embedding"]  # uniform in [-0.1, 0.1]: mean 0, standard deviation 0.1 / sqrt(3)
@@ -65,7 +67,7 @@ def test_variables_hold_the_documented_initial_values():
     assert not np.array_equal(values["lstm_0/bias"], values["lstm_1/bias"][:64])  # keyed by the name
 
 
-@pytest.mark.parametrize("strategy", model.PARTITION_STRATEGIES)
+@pytest.mark.parametrize("strategy", configs.PARTITION_STRATEGIES)
 def test_initial_values_do_not_depend_on_the_partitioning(strategy):
     """A part generates exactly its rows of the whole value, contiguous ("div") or every 4th ("mod");
     lm1b-tiny's rows of 6 numbers put the rows' first elements inside Philox blocks of 4, and softmax_b's rows
@@ -87,14 +89,14 @@ def test_mod_places_word_i_in_part_i_mod_p_as_tensorflow_1_did():
     """TensorFlow 1's embedding_lookup(params, ids, partition_strategy="mod") (still in tf.compat.v1): id i is
     row i // P of params[i % P]. The parts hold exactly those rows, so a lookup of every word gives the whole
     table in word order; the same with "div", contiguous ranges."""
-    assert model.part_rows(10, 3, "mod") == [range(0, 10, 3), range(1, 10, 3), range(2, 10, 3)]
-    assert model.part_rows(10, 3, "div") == [range(0, 4), range(4, 7), range(7, 10)]
-    for strategy in model.PARTITION_STRATEGIES:
+    assert configs.part_rows(10, 3, "mod") == [range(0, 10, 3), range(1, 10, 3), range(2, 10, 3)]
+    assert configs.part_rows(10, 3, "div") == [range(0, 4), range(4, 7), range(7, 10)]
+    for strategy in configs.PARTITION_STRATEGIES:
         with tf.Graph().as_default():
-            sizes = [len(rows) for rows in model.part_rows(10, 3, strategy)]
+            sizes = [len(rows) for rows in configs.part_rows(10, 3, strategy)]
             assert sizes == [4, 3, 3]  # both strategies: the first 10 % 3 parts one row longer
             values = np.arange(20, dtype=np.float32).reshape(10, 2)
-            split = model.split_rows(tf.constant(values), model.part_rows(10, 3, strategy))
+            split = model.split_rows(tf.constant(values), configs.part_rows(10, 3, strategy))
             looked_up = tf.compat.v1.nn.embedding_lookup(split, tf.range(10), partition_strategy=strategy)
             with tf.compat.v1.Session() as session:
                 found, joined, split = session.run([looked_up, model.join_rows(split, strategy), split])
@@ -119,9 +121,9 @@ def test_the_sparse_variables_are_those_with_indexed_slices_gradients(config):
     graph, lm, loss, _ = build(config)
     with graph.as_default():
         raw = dict(zip(lm.variables, tf.gradients(loss, list(lm.variables.values()))))
-    assert list(lm.variables) == list(model.variable_shapes(config))
-    assert [n for n, g in raw.items() if isinstance(g, tf.IndexedSlices)] == list(model.sparse_variables(config))
-    assert all(isinstance(g, tf.Tensor) for n, g in raw.items() if n not in model.sparse_variables(config))
+    assert list(lm.variables) == list(configs.variable_shapes(config))
+    assert [n for n, g in raw.items() if isinstance(g, tf.IndexedSlices)] == list(configs.sparse_variables(config))
+    assert all(isinstance(g, tf.Tensor) for n, g in raw.items() if n not in configs.sparse_variables(config))
 
 
 def test_worker_gradients_have_one_embedding_row_per_word():
@@ -156,7 +158,7 @@ def test_dropout_masks_do_not_depend_on_the_sharding():
 def test_no_dropout_ops_without_dropout():
     graph = tf.Graph()
     with graph.as_default():
-        lm = model.LSTMLanguageModel(model.CONFIGS["small"], 1)
+        lm = model.LSTMLanguageModel(configs.CONFIGS["small"], 1)
         assert lm.dropout_masks(1, tf.constant(0, tf.int64), slice(None)) is None
 
 
@@ -183,7 +185,7 @@ def two_variables(config, table, bias):
 
 
 def test_the_update_clips_the_global_norm_and_takes_a_step():
-    config = model.Config("t", 4, 1, 1, 1, 1, 0.1, learning_rate=0.5, max_grad_norm=1.0, keep_prob=1.0,
+    config = configs.Config("t", 4, 1, 1, 1, 1, 0.1, learning_rate=0.5, max_grad_norm=1.0, keep_prob=1.0,
                           max_epoch=1, lr_decay=1.0)
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         lm = two_variables(config, np.zeros([4, 2], np.float32), np.zeros([2], np.float32))
@@ -206,7 +208,7 @@ def test_the_scatter_update_equals_the_dense_update_bit_for_bit(name):
     updating the whole table (the rule before, bench/sparse_update.densify) gives the same bits: the norm,
     and every variable and accumulator (lm1b-tiny: Adagrad). Two workers' gradients of one step of real
     shapes."""
-    config = model.CONFIGS[name]
+    config = configs.CONFIGS[name]
     batches = data.Batches(data.synthetic_tokens(config.vocab_size, 1), config.batch_size, config.num_steps)
     inputs, targets = batches(0)
     graph = tf.Graph()
@@ -216,7 +218,7 @@ def test_the_scatter_update_equals_the_dense_update_bit_for_bit(name):
         gradients = []
         for r in range(2):
             rows = data.shard(config.batch_size, r, 2)
-            state = tf.zeros(model.state_shape(config, len(range(config.batch_size)[rows])))
+            state = tf.zeros(configs.state_shape(config, len(range(config.batch_size)[rows])))
             loss, _ = lm.loss(inputs[rows], targets[rows], state, lm.dropout_masks(1, step, rows),
                               lm.sampled_candidates(1, step))
             gradients.append(lm.worker_gradients(loss))
@@ -272,7 +274,7 @@ def test_expected_counts_are_those_of_tensorflows_unique_sampler():
     difference of a few float32 roundings, 1e-5 at most; the with-replacement formula, num_sampled * p, is
     off by more than 50% for the frequent words."""
     vocab, num_sampled = 500, 32
-    config = model.dataclasses.replace(LM1B_TINY, vocab_size=vocab, num_sampled=num_sampled)
+    config = dataclasses.replace(LM1B_TINY, vocab_size=vocab, num_sampled=num_sampled)
     true = tf.constant([[1], [7], [400]], tf.int64)
     candidates, true_count, sampled_count = tf.random.log_uniform_candidate_sampler(
         true, 1, num_sampled, unique=True, range_max=vocab, seed=3)
@@ -298,7 +300,7 @@ def test_adagrad_takes_tensorflows_adagrad_step():
     initial_accumulator_value=1.0) on the same gradients, sparse and dense: the accumulators bit for bit (both
     add g * g), the variables within 2 float32 ulps (TensorFlow's kernel multiplies by an approximate
     1/sqrt(acc), ours divides by the correctly rounded sqrt(acc); docstring of model.apply_gradient)."""
-    config = model.dataclasses.replace(LM1B_TINY, max_grad_norm=0.0)  # no clipping: the bare optimiser
+    config = dataclasses.replace(LM1B_TINY, max_grad_norm=0.0)  # no clipping: the bare optimiser
     rng = np.random.default_rng(1)
     table, bias = rng.standard_normal([50, 6]).astype(np.float32), rng.standard_normal([8]).astype(np.float32)
     rows = np.array([3, 17, 40], np.int32)
@@ -330,7 +332,7 @@ def test_adagrad_takes_tensorflows_adagrad_step():
     assert not np.allclose(table_ours[rows], table[rows])
 
 
-@pytest.mark.parametrize("strategy", model.PARTITION_STRATEGIES)
+@pytest.mark.parametrize("strategy", configs.PARTITION_STRATEGIES)
 def test_a_checkpoint_holds_whole_tables_whatever_the_partitioning(tmp_path, strategy):
     """Saved from 4 parts, restored into 3 of the other strategy: the same names and values as an
     unpartitioned model's, accumulators ("<name>/Adagrad") included."""
@@ -341,11 +343,11 @@ def test_a_checkpoint_holds_whole_tables_whatever_the_partitioning(tmp_path, str
         session.run(lm.accumulators["softmax_w"][2].assign_add(tf.ones_like(lm.accumulators["softmax_w"][2])))
         prefix = lm.saver().save(session, str(tmp_path / "model.ckpt"))
     reader = tf.train.load_checkpoint(prefix)
-    names = list(model.variable_shapes(LM1B_TINY))
+    names = list(configs.variable_shapes(LM1B_TINY))
     assert sorted(reader.get_variable_to_shape_map()) == sorted(names + [n + "/Adagrad" for n in names])
     assert all(bit_identical(reader.get_tensor(n), whole[n]) for n in names)
     accumulator = reader.get_tensor("softmax_w/Adagrad")
-    bumped = model.part_rows(LM1B_TINY.vocab_size, 4, strategy)[2]
+    bumped = configs.part_rows(LM1B_TINY.vocab_size, 4, strategy)[2]
     assert (accumulator[list(bumped)] == 2.0).all() and (np.delete(accumulator, list(bumped), 0) == 1.0).all()
     other = "div" if strategy == "mod" else "mod"
     graph, lm, _, _ = build(LM1B_TINY, seed=9, partitions=3, strategy=other)
@@ -356,5 +358,5 @@ def test_a_checkpoint_holds_whole_tables_whatever_the_partitioning(tmp_path, str
 
 
 def test_the_learning_rate_follows_the_paper_schedule():
-    small = model.CONFIGS["small"]  # 1.0 for 4 epochs, then halved every epoch
-    assert [model.learning_rate(small, e) for e in range(6)] == [1.0, 1.0, 1.0, 1.0, 0.5, 0.25]
+    small = configs.CONFIGS["small"]  # 1.0 for 4 epochs, then halved every epoch
+    assert [configs.learning_rate(small, e) for e in range(6)] == [1.0, 1.0, 1.0, 1.0, 0.5, 0.25]

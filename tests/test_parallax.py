@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import configs
 import model
 import run_parallax
 from checkpoints_compare import compare
 from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
                       launcher_usage_error, read_jsonl, train_reference)
-from harness import ps
+from harness import placement
 
 TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
 
@@ -63,8 +64,8 @@ def test_local_aggregation_over_two_machines(tmp_path):
 
 
 def test_workers_are_grouped_into_machines_by_host():
-    assert ps.machines(["a:1", "a:2", "b:1", "b:2"]) == [[0, 1], [2, 3]]
-    assert ps.machines(["127.0.0.1:5", "127.0.0.2:6", "127.0.0.1:7"]) == [[0, 2], [1]]
+    assert placement.machines(["a:1", "a:2", "b:1", "b:2"]) == [[0, 1], [2, 3]]
+    assert placement.machines(["127.0.0.1:5", "127.0.0.2:6", "127.0.0.1:7"]) == [[0, 2], [1]]
 
 
 def test_the_embedding_lives_on_the_parameter_servers_and_the_rest_on_the_workers(runs):
@@ -86,7 +87,7 @@ def test_summing_sparse_gradients_doubles_the_first_embedding_step(tmp_path):
     launch_and_wait("parallax", "--workers=2", "--", *one_step, "--average_sparse=false", "--ckpt_dir=summed",
                     cwd=tmp_path)
     reference, summed = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "summed")
-    initial = model.initial_value(model.CONFIGS["tiny"], 1, "embedding")
+    initial = model.initial_value(configs.CONFIGS["tiny"], 1, "embedding")
     # Up to the rounding of the subtraction: half an ULP of values near init_scale = 0.1 is 3.7e-9.
     np.testing.assert_allclose(summed["embedding"] - initial, 2 * (reference["embedding"] - initial),
                                rtol=1e-4, atol=2e-8)
@@ -102,8 +103,8 @@ def test_the_placement_rule_on_models_with_one_kind_of_variable():
         weights = tf.Variable(np.ones([3, 2], np.float32), name="weights")
         only_sparse = tf.reduce_sum(tf.nn.embedding_lookup(table, [1, 2, 1]))
         only_dense = tf.reduce_sum(tf.matmul(tf.ones([1, 3]), weights))
-        assert ps.gradient_kinds(["table"], tf.gradients(only_sparse, [table])) == {"table": "sparse"}
-        assert ps.gradient_kinds(["weights"], tf.gradients(only_dense, [weights])) == {"weights": "dense"}
+        assert placement.gradient_kinds(["table"], tf.gradients(only_sparse, [table])) == {"table": "sparse"}
+        assert placement.gradient_kinds(["weights"], tf.gradients(only_dense, [weights])) == {"weights": "dense"}
 
     place = run_parallax.hybrid_placement({"table": "sparse", "weights": "dense"}, 2, "/job:worker/task:1")
     with tf.Graph().as_default():

@@ -1,0 +1,51 @@
+"""The synchronous protocol of the parameter-server runners: queues every task's graph shares by name, and the
+collection of exactly one gradient per worker (or machine) per step."""
+from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+import tensorflow as tf  # noqa: E402
+
+
+def queue(name, dtypes, device, capacity=1):
+    """A queue on `device` that every task's graph names alike, so they all share it."""
+    with tf.device(device):
+        return tf.queue.FIFOQueue(capacity, dtypes, shared_name=name, name=name.replace("/", "_"))
+
+
+def collect_gradients(parts, gradients, step, sender, num_senders, collect, device=None):
+    """Synchronous collection of exactly one gradient per sender per step, for the variable parts `parts`.
+
+    Every sender (a worker, or a machine: run_parallax.py --local_aggregation) puts its gradient of each part,
+    tagged with `step`, into a queue of its own (capacity 1) on `device`, by default the part's parameter
+    server. Returns those enqueue ops and, where `collect`, the `num_senders` senders' gradients taken from
+    the queues in sender order, on that device (lists structured as `parts`); a gradient tagged with another
+    step fails the run."""
+    def gradient_queue(part, index):
+        return queue(f"gradient/{part.op.name}/sender{index}", [tf.int64, tf.float32, tf.int32], device or part.device)
+
+    send = [gradient_queue(part, sender).enqueue(_as_tuple(step, g)) for part, g in zip(parts, gradients)]
+    if not collect:
+        return send, None
+    received = [[] for _ in range(num_senders)]
+    for part, own in zip(parts, gradients):
+        with tf.device(device or part.device):
+            for index in range(num_senders):
+                tag, values, indices = gradient_queue(part, index).dequeue()
+                with tf.control_dependencies([tf.debugging.assert_equal(tag, step, message="stale gradient")]):
+                    values = tf.identity(values)
+                received[index].append(_from_tuple(values, indices, own, part))
+    return send, received
+
+
+def _as_tuple(step, gradient):
+    """(step, values, indices) of a gradient; a dense one has no indices."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return [step, gradient.values, gradient.indices]
+    return [step, gradient, tf.zeros([0], tf.int32)]
+
+
+def _from_tuple(values, indices, like, part):
+    """The gradient of `part` from a queue's (values, indices), of the same kind as `like`."""
+    if isinstance(like, tf.IndexedSlices):
+        values.set_shape([None] + part.shape.as_list()[1:])
+        indices.set_shape([None])
+        return tf.IndexedSlices(values, indices, like.dense_shape)
+    return tf.reshape(values, part.shape)

@@ -1,0 +1,103 @@
+"""A parameter-server job's tasks (run_tf.py, run_parallax.py): each task's gRPC server and the failure policy
+every session.run goes through, and the parameter-server task itself."""
+import socket
+import sys
+import time
+
+from harness import determinism
+import tensorflow as tf  # noqa: E402  (after determinism: it fixes TensorFlow's kernels)
+
+import harness
+from harness import gradient_queues
+
+
+class Cluster:
+    """This task's gRPC server, and the failure handling every session.run of the task goes through.
+
+    While the cluster is starting, a task that does not answer may still be on its way up, so the task waits
+    --startup_timeout seconds for it; if it never answers, its address is wrong or it was never started,
+    which is bad input (exit 2). Once training runs, a task that stops answering has died (exit 1)."""
+
+    def __init__(self, args):
+        self.args = args
+        self.spec = tf.train.ClusterSpec({"ps": args.ps_hosts, "worker": args.worker_hosts})
+        self.addresses = {f"{job}{i}": address for job in ("ps", "worker")
+                          for i, address in enumerate(self.spec.job_tasks(job))}
+        self.devices = {f"{job}{i}": f"/job:{job}/task:{i}" for job in ("ps", "worker")
+                        for i in range(self.spec.num_tasks(job))}
+        self.name = f"{args.job_name}{args.task_index}"
+        self.config = determinism.session_config(args)
+        # gRPC would report a taken port in many lines of its own; TensorFlow binds every interface.
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("", int(self.addresses[self.name].rsplit(":", 1)[1])))
+            except OSError as error:
+                raise harness.UsageError(f"cannot start the {self.name} server on {self.addresses[self.name]}: "
+                                         f"{error.strerror}")
+        self.server = tf.distribute.Server(self.spec, args.job_name, args.task_index, config=self.config)
+
+    def session(self, graph, peers):
+        """A session that needs only this task and `peers` (device filters: the others may come and go).
+
+        TensorFlow waits without end for a peer that never starts, so the peers are first probed over TCP
+        for up to --startup_timeout seconds."""
+        waiting = {task for task, device in self.devices.items()
+                   if any(device == peer or device.startswith(peer + "/") for peer in peers)}
+        deadline = time.monotonic() + self.args.startup_timeout
+        while waiting := {task for task in waiting if not self.reachable(task)}:
+            if time.monotonic() > deadline:
+                self.exit_if_unreachable(sorted(waiting), starting=True)
+            time.sleep(0.5)
+        config = tf.compat.v1.ConfigProto()
+        config.CopyFrom(self.config)
+        config.device_filters[:] = [f"/job:{self.args.job_name}/task:{self.args.task_index}", *peers]
+        return tf.compat.v1.Session(self.server.target, graph=graph, config=config)
+
+    def run(self, session, fetches, feed=None, starting=False, timeout=None):
+        """session.run that gives up after `timeout` seconds (--timeout; --startup_timeout while `starting`)
+        without a result, and then names the task that does not answer."""
+        seconds = timeout or (self.args.startup_timeout if starting else self.args.timeout)
+        try:
+            return session.run(fetches, feed, options=tf.compat.v1.RunOptions(timeout_in_ms=1000 * seconds))
+        except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError, tf.errors.AbortedError) as error:
+            self.exit_if_unreachable(self.addresses, starting)
+            self.stop(f"no progress ({' '.join(error.message.split())})")
+
+    def exit_if_unreachable(self, tasks, starting=False):
+        dead = [task for task in tasks if task != self.name and not self.reachable(task)]
+        if dead and starting:
+            raise harness.UsageError(f"[{self.name}] {', '.join(f'{t} ({self.addresses[t]})' for t in dead)} never "
+                                     f"answered: a wrong address, or a task that was not started")
+        if dead:
+            self.stop(f"{', '.join(dead)} is unreachable")
+
+    def reachable(self, task):
+        host, port = self.addresses[task].rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return True
+        except OSError:
+            return False
+
+    def stop(self, why):
+        print(f"[{self.name}] stopping: {why}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def serve(cluster, args):
+    """A parameter server: holds variables until the chief says the run is over (or is gone)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        done = gradient_queues.queue(f"done/ps{args.task_index}", [tf.int32],
+                                     f"/job:ps/task:{args.task_index}").dequeue()
+    with cluster.session(graph, []) as session:  # the chief is watched by TCP probes, not by this session
+        started, chief_seen = time.monotonic(), False
+        while True:
+            try:
+                session.run(done, options=tf.compat.v1.RunOptions(timeout_in_ms=2000))
+                return
+            except tf.errors.DeadlineExceededError:
+                chief_seen = chief_seen or cluster.reachable("worker0")
+                if chief_seen or time.monotonic() - started > args.startup_timeout:
+                    cluster.exit_if_unreachable(["worker0"], starting=not chief_seen)

@@ -1,0 +1,48 @@
+"""Where a parameter-server job's variables and gradients go: parameter servers by size (shared with the traffic
+model, bench/traffic.py), workers grouped by machine, and the kind of each variable's gradient."""
+from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+import tensorflow as tf  # noqa: E402
+
+
+class GreedyBySize:
+    """replica_device_setter's ps_strategy: each variable goes to the parameter server with the fewest bytes
+    so far (TF 1.x's GreedyLoadBalancingStrategy with byte_size_load_fn, which TF 2 no longer ships). Every
+    worker builds its graph in the same order, so every worker computes the same placement."""
+
+    def __init__(self, num_ps):
+        self.loads = [0] * num_ps
+
+    def __call__(self, op):
+        """The task of a variable's op (a device function's ps_strategy)."""
+        return self.add(tf.TensorShape(op.get_attr("shape")).num_elements() * tf.as_dtype(op.get_attr("dtype")).size)
+
+    def add(self, size):
+        """The task of the next variable, of `size` bytes."""
+        task = self.loads.index(min(self.loads))
+        self.loads[task] += size
+        return task
+
+
+def machines(worker_hosts):
+    """The workers grouped by machine: one list of worker indices per host of `worker_hosts`, in order."""
+    groups = {}
+    for index, address in enumerate(worker_hosts):
+        groups.setdefault(address.rsplit(":", 1)[0], []).append(index)
+    return list(groups.values())
+
+
+def gradient_kinds(names, gradients):
+    """{variable name: "sparse" or "dense"} from the type of its gradient (Parallax's classification); a
+    partitioned variable's gradient is the list of its parts'."""
+    return {name: "sparse" if isinstance(tf.nest.flatten(g)[0], tf.IndexedSlices) else "dense"
+            for name, g in zip(names, gradients)}
+
+
+def print_placement(runner, lm, kinds):
+    """The placement table: variable (or part), kind of gradient, shape, bytes, device."""
+    print(f"[{runner}] placement:", flush=True)
+    for name, variable in zip(lm.variables, lm.variable_list):
+        for part in tf.nest.flatten(variable):
+            size = part.shape.num_elements() * part.dtype.size
+            print(f"[{runner}]   {part.op.name:20s} {kinds[name]:6s} {str(part.shape.as_list()):12s} "
+                  f"{size:>11,d} bytes  {part.device}", flush=True)

@@ -1,0 +1,105 @@
+"""Each runner's own flags, beside the shared ones (flags.parser), and the checks of them against each other:
+described here, without TensorFlow, so that the launcher checks a job's flags once, before any task starts,
+with exactly the description the runner scripts parse.
+
+    args = runner_flags.parse("run_tf", __doc__)     # in run_tf.py: the shared flags, the cluster's, --sync
+"""
+import socket
+
+from harness import UsageError, cluster_spec, data, flags
+import configs
+
+
+def reference(parser):
+    flags.DEFINE_integer("emulate_workers", 1, "compute each step as this many workers' shards, combined as they "
+                         "combine them", lower_bound=1, flag_values=parser)
+
+
+def check_reference(args):
+    data.shard(flags.model_config(args).batch_size, 0, args.emulate_workers)  # the workers must divide the batch
+
+
+def cluster(parser):
+    """The flags of a parameter-server cluster; without the first four the cluster comes from TF_CONFIG or the
+    Slurm step (harness/cluster_spec.py)."""
+    flags.DEFINE_enum("job_name", None, ["ps", "worker"], "this task's job", flag_values=parser)
+    flags.DEFINE_integer("task_index", None, "this task's index in its job", lower_bound=0, flag_values=parser)
+    flags.DEFINE_parsed("ps_hosts", None, flags.host_list, "host:port,... of the PS tasks", parser)
+    flags.DEFINE_parsed("worker_hosts", None, flags.host_list, "host:port,... of the workers", parser)
+    flags.DEFINE_integer("ps_tasks", 1, "with the cluster from a Slurm step (srun, no cluster flags, no TF_CONFIG): "
+                         "how many of the step's tasks, the first ones, are parameter servers", lower_bound=1,
+                         flag_values=parser)
+    flags.DEFINE_integer("partitions", 1, "parts each sparse variable is split into, by rows", lower_bound=1,
+                         flag_values=parser)
+    flags.DEFINE_enum("partition_strategy", "mod", list(configs.PARTITION_STRATEGIES), "which rows each part "
+                      "holds: mod, round robin (word i in part i % P, TensorFlow 1's default, which Parallax ran), "
+                      "or div, contiguous ranges (TensorFlow 2's tf.nn.embedding_lookup)", flag_values=parser)
+    flags.DEFINE_integer("timeout", 20, "seconds without progress after which a task looks for a dead task and exits",
+                         lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("startup_timeout", 120, "seconds a task waits for the others to start before it calls "
+                         "them missing", lower_bound=1, flag_values=parser)
+
+
+def check_cluster(args):
+    cluster_spec.resolve(args)
+    tasks = args.ps_hosts if args.job_name == "ps" else args.worker_hosts
+    if args.task_index >= len(tasks):
+        raise UsageError(f"--task_index={args.task_index}: there are only {len(tasks)} {args.job_name} tasks")
+    config = flags.model_config(args)
+    data.shard(config.batch_size, 0, len(args.worker_hosts))
+    if args.partitions > config.vocab_size:
+        raise UsageError(f"--partitions={args.partitions}: more parts than the {config.vocab_size:,} rows of a "
+                         f"{config.name} table")
+    for flag, addresses in (("--ps_hosts", args.ps_hosts), ("--worker_hosts", args.worker_hosts)):
+        for host in {address.rsplit(":", 1)[0] for address in addresses}:
+            try:
+                socket.getaddrinfo(host, None)
+            except OSError:
+                raise UsageError(f"{flag}: unknown host {host}")
+
+
+def parameter_servers(parser):
+    cluster(parser)
+    flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
+    flags.DEFINE_boolean("sync_replicas", False, "synchronous with TensorFlow's own SyncReplicasOptimizer "
+                         "(not exact: for make bench, not verify)", flag_values=parser)
+
+
+def check_parameter_servers(args):
+    if args.sync_replicas and not args.sync:
+        raise UsageError("--sync_replicas: it is synchronous, not with --sync=false")
+    check_cluster(args)
+
+
+def horovod(parser):
+    flags.DEFINE_boolean("sparse_as_dense", False, "densify every sparse gradient (the embedding's, and the "
+                         "sampled softmax's) and allreduce it instead of allgathering its rows", flag_values=parser)
+
+
+def hybrid(parser):
+    cluster(parser)
+    flags.DEFINE_boolean("average_sparse", True, "average the sparse gradients over workers (default) or sum "
+                         "them, as Parallax does by default", flag_values=parser)
+    flags.DEFINE_boolean("local_aggregation", False, "the workers of one machine (one host of --worker_hosts) sum "
+                         "their sparse gradients on the machine's first worker, which sends one gradient per "
+                         "machine to the parameter servers", flag_values=parser)
+
+
+# script: (its own flags, their checks)
+RUNNERS = {
+    "run": (reference, check_reference),
+    "run_tf": (parameter_servers, check_parameter_servers),
+    "run_horovod": (horovod, lambda args: None),
+    "run_parallax": (hybrid, check_cluster),
+}
+
+
+def parse(script, description, argv=None):
+    """The flags of runner `script` ("run_tf"), parsed from `argv` (default: the command line) and checked;
+    bad input raises UsageError with one line naming the flag."""
+    define, check = RUNNERS[script]
+    parser = flags.parser(script, description)
+    define(parser)
+    args = flags.parse(parser, argv)
+    check(args)
+    return args
