@@ -94,7 +94,7 @@ verify: setup
 # and one parameter server per machine; results/bench.jsonl and a table. BENCH=quick: a few minutes.
 bench: setup
 	$(if $(HOSTS),$(error HOSTS=: make bench emulates its machines on this one))
-	$(PYTHON) bench/run.py --net=$(or $(NET),100mbit) $(call given,CONFIG,--configs=$(CONFIG)) \
+	$(PYTHON) -m bench.run --net=$(or $(NET),100mbit) $(call given,CONFIG,--configs=$(CONFIG)) \
 	    $(call given,WORKERS,--workers=$(WORKERS)) $(call given,PS,--ps=$(PS)) $(if $(DELAY),--delay=$(DELAY)) \
 	    $(call given,STEPS,--steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
 	    $(call given,SEED,--seed=$(SEED)) $(if $(DATA),--data_path=$(DATA)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
@@ -102,7 +102,7 @@ bench: setup
 
 bench-overhead: setup
 	$(if $(HOSTS),$(error HOSTS=: bench-overhead measures run.py on this machine only))
-	$(PYTHON) bench/overhead.py $(RUN_FLAGS) $(ARGS)
+	$(PYTHON) -m bench.overhead $(RUN_FLAGS) $(ARGS)
 
 # The PDF report, from RESULTS alone (make verify and make bench first; what they did not write is named
 # as missing in the report). Writes REPORT/report.pdf, its Typst source (report.typ, data.json) and figures.

@@ -1,17 +1,14 @@
 """The baseline of `make bench-overhead`: run.py's training graph in a loop with nothing around it (no results,
 no TensorBoard, no progress lines). Prints the throughput summary as one JSON line."""
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import harness.determinism  # noqa: E402  (first: it fixes TensorFlow's kernels)
-from harness import data, determinism, flags, training  # noqa: E402
-from harness.timer import ThroughputTimer  # noqa: E402
-from harness.training import StepFeed  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import harness.determinism  # (first: it fixes TensorFlow's kernels)
+from harness import data, determinism, flags, training
+from harness.timer import ThroughputTimer
+from harness.training import StepFeed
+import tensorflow as tf
 
-from run import reference_step  # noqa: E402
+from run import reference_step
 
 
 def main():

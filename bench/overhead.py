@@ -2,7 +2,7 @@
 graph in a loop with nothing around it. Each round runs both at the same time, each pinned to its own core
 (so both see the same moment of a shared, noisy machine), and the next round swaps the cores.
 
-    python bench/overhead.py --config=small --steps=300 --warmup_steps=50 --rounds=4
+    python -m bench.overhead --config=small --steps=300 --warmup_steps=50 --rounds=4
 
 Writes <results_dir>/bench-overhead.json. The figure is the median over rounds of
 (run.py median words/sec) / (bare loop median words/sec); the target is >= 0.97. Exit status 0 when it is met,
@@ -10,14 +10,12 @@ Writes <results_dir>/bench-overhead.json. The figure is the median over rounds o
 import json
 import os
 import statistics
-import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from bench.pinned import start_pinned  # noqa: E402
-import harness  # noqa: E402
-from harness import environment, flags  # noqa: E402
+from bench.pinned import start_pinned
+import harness
+from harness import environment, flags
 
 
 
@@ -44,7 +42,7 @@ def main():
             run_core, bare_core = (cores[0], cores[1]) if i % 2 == 0 else (cores[1], cores[0])
             run_py = start_pinned(run_core, [os.path.join(REPO, "run.py"), *shared, f"--results_dir={scratch}",
                                              f"--ckpt_dir={scratch}/ckpt"])
-            bare_loop = start_pinned(bare_core, [os.path.join(REPO, "bench", "bare_loop.py"), *shared])
+            bare_loop = start_pinned(bare_core, ["-m", "bench.bare_loop", *shared])
             bare_output, _ = bare_loop.communicate()
             run_py.communicate()
             if run_py.returncode or bare_loop.returncode:

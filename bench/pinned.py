@@ -5,7 +5,11 @@ import subprocess
 import sys
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def start_pinned(core, command):
-    """`python COMMAND...` as a child pinned to `core`, its stdout a pipe."""
+    """`python COMMAND...` (a script's path, or -m and a module of the repository) as a child pinned to `core`,
+    its stdout a pipe."""
     return subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+                            env={**os.environ, "PYTHONPATH": REPO}, preexec_fn=lambda: os.sched_setaffinity(0, {core}))

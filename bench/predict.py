@@ -16,17 +16,14 @@ results/bench.jsonl, or --compute_seconds.
 """
 import json
 import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-import harness.determinism  # noqa: E402  (first: it fixes TensorFlow's kernels)
-from harness import data, experiments, flags  # noqa: E402
-from harness.experiments import RUNS  # noqa: E402
-from harness.starters import netns  # noqa: E402
-import numpy as np  # noqa: E402
+import harness.determinism  # (first: it fixes TensorFlow's kernels)
+from harness import data, experiments, flags
+from harness.experiments import RUNS
+from harness.starters import netns
+import numpy as np
 
-from bench import traffic  # noqa: E402
+from bench import traffic
 
 # Parallax's LM1B example (snuspl/parallax examples/lm1b) and its README's benchmark cluster.
 PARALLAX_LM1B = {"vocab": 793_470, "embedding": 512, "lstm": 2048, "projection": 512, "sampled": 8192,

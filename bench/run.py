@@ -1,8 +1,8 @@
 """make bench: the architectures' throughput on an emulated cluster, with the bytes each machine's link carried
 against the traffic model (bench/traffic.py, docs/bench.md).
 
-    python bench/run.py --net=100mbit                                         (make bench NET=100mbit)
-    python bench/run.py --quick                                               (make bench BENCH=quick)
+    python -m bench.run --net=100mbit                                         (make bench NET=100mbit)
+    python -m bench.run --quick                                               (make bench BENCH=quick)
 
 Sweeps runners x workers x configs x repeats. Every run goes through the launcher with --net: one machine per
 worker, one parameter server per machine (Parallax's setup), each machine's link shaped to the rate, every sparse
@@ -26,14 +26,13 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-import harness.determinism  # noqa: E402  (first: it fixes TensorFlow's kernels)
-from harness import environment, experiments, flags  # noqa: E402
-from harness.experiments import RUNS  # noqa: E402
-from harness.starters import netns  # noqa: E402
+import harness.determinism  # (first: it fixes TensorFlow's kernels)
+from harness import environment, experiments, flags
+from harness.experiments import RUNS
+from harness.starters import netns
 
-from bench import predict, traffic  # noqa: E402
-import configs  # noqa: E402
+from bench import predict, traffic
+import configs
 
 CORES = len(os.sched_getaffinity(0))
 

@@ -4,8 +4,8 @@ replaced, which first summed every sparse gradient into a dense table and then u
 (`densify`). Each round runs both at the same time, each pinned to its own core (so both see the same moment
 of a shared, noisy machine), and the next round swaps the cores, as bench/overhead.py does.
 
-    python bench/sparse_update.py --config=small --steps=300 --warmup_steps=50 --rounds=4
-    python bench/sparse_update.py --config=lm1b --steps=40 --warmup_steps=10 --rounds=2 --workers=2
+    python -m bench.sparse_update --config=small --steps=300 --warmup_steps=50 --rounds=4
+    python -m bench.sparse_update --config=lm1b --steps=40 --warmup_steps=10 --rounds=2 --workers=2
 
 It also counts what one worker of --workers sends per step: the bytes of its dense gradients (from the
 shapes) and of its sparse gradients' rows, one per distinct word (values and int32 indices, from the rows
@@ -15,20 +15,17 @@ the config down (exit 1 otherwise)."""
 import json
 import os
 import statistics
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-from bench.bare_loop import timed_steps  # noqa: E402
-from bench.pinned import start_pinned  # noqa: E402
-import harness.determinism  # noqa: E402  (first: it fixes TensorFlow's kernels)
-from harness import data, determinism, environment, flags  # noqa: E402
-from harness.training import StepFeed  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+from bench.bare_loop import timed_steps
+from bench.pinned import start_pinned
+import harness.determinism  # (first: it fixes TensorFlow's kernels)
+from harness import data, determinism, environment, flags
+from harness.training import StepFeed
+import numpy as np
+import tensorflow as tf
 
-import configs  # noqa: E402
-import model  # noqa: E402
+import configs
+import model
 
 TARGET = 0.97
 BYTES_COUNTED_STEPS = 20
@@ -122,7 +119,7 @@ def main():
     for i in range(args.rounds):
         # Both at once, each pinned to its own core; every other round they swap cores.
         cores_of = dict(zip(("scatter", "dense"), cores[:2] if i % 2 == 0 else cores[1::-1]))
-        children = {update: start_pinned(core, [os.path.abspath(__file__), *shared, f"--update={update}"])
+        children = {update: start_pinned(core, ["-m", "bench.sparse_update", *shared, f"--update={update}"])
                     for update, core in cores_of.items()}
         summaries = {}
         for update, child in children.items():

@@ -23,6 +23,12 @@ def run_script(script, *flags, cwd, timeout=300):
                           text=True, timeout=timeout)
 
 
+def run_module(module, *flags, cwd, timeout=300):
+    """`python -m MODULE FLAGS` of the repository (bench.run) in `cwd`; returns the CompletedProcess."""
+    return subprocess.run([sys.executable, "-m", module, *flags], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": REPO})
+
+
 def train_reference(flags, workers, ckpt_dir, cwd):
     """Trains run.py --emulate_workers=W with `flags` into `ckpt_dir`: the reference a W-worker run must
     match."""

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, read_jsonl, run_script
+from conftest import REPO, read_jsonl, run_module
 from bench import traffic
 from harness import experiments, placement
 import configs
@@ -138,7 +138,7 @@ def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
                                           (["--batch_size=40"], "--batch_size"),
                                           (["--net=fast"], "--net")])
 def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
-    assert_usage_error(run_script("bench/run.py", *flags, cwd=tmp_path), named)
+    assert_usage_error(run_module("bench.run", *flags, cwd=tmp_path), named)
 
 
 @pytest.mark.parametrize("flags, named", [(["--machines=0"], "--machines"), (["--machines=8,x"], "--machines"),
@@ -174,7 +174,7 @@ def test_predict_holds_the_model_against_parallax_s_figure(tmp_path):
 def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the bench's emulated cluster needs root")
-    result = run_script("bench/run.py", "--configs=tiny", "--runners=tf,horovod", "--workers=2",
+    result = run_module("bench.run", "--configs=tiny", "--runners=tf,horovod", "--workers=2",
                         "--repeats=1", "--steps=12", "--warmup_steps=4", "--net=100mbit", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     records = read_jsonl(tmp_path / "results/bench.jsonl")
