@@ -9,6 +9,7 @@ import pytest
 
 from conftest import REPO, launcher_usage_error
 from harness import lifeline
+from harness.starters.local import LocalProcess
 
 IGNORES_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
                   "time.sleep(120)"
@@ -51,3 +52,12 @@ def test_bench_overhead_exits_1_when_the_target_is_missed(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr
     assert "MISSED" in result.stdout
+
+
+def test_ports_given_to_tasks_are_distinct_and_outside_the_ephemeral_range():
+    """An outgoing connection takes its port from the ephemeral range; a task's port never comes from there, so
+    nothing takes it between the launcher's check and the task's bind."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+        ephemeral_start = int(ranges.read().split()[0])
+    ports = LocalProcess().free_ports("127.0.0.1", 16)
+    assert len(set(ports)) == 16 and all(1024 <= port < ephemeral_start for port in ports)

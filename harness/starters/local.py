@@ -2,6 +2,7 @@
 import ctypes
 import fcntl
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -46,17 +47,35 @@ class LocalProcess:
         lifeline.stop_all(processes, grace_seconds)
 
     def free_ports(self, host, count):
-        """Ports free on this machine now (the OS picks them; a task binds its port moments later)."""
-        sockets = [socket.socket() for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        ports = [sock.getsockname()[1] for sock in sockets]
-        for sock in sockets:
-            sock.close()
+        """Ports free on this machine now; a task binds its port moments later. They are drawn below the
+        kernel's ephemeral range: a port the OS hands out (port 0) could be given, in between, to an outgoing
+        connection, the tasks' own gRPC clients among them ("Address already in use"); these never are."""
+        candidates, ports = iter(random.sample(listening_ports(), k=len(listening_ports()))), []
+        while len(ports) < count:
+            port = next(candidates, None)
+            if port is None:
+                raise OSError(f"fewer than {count} free ports below the ephemeral range")
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("", port))  # every interface, as TensorFlow's servers bind
+                    ports.append(port)
+                except OSError:
+                    pass
         return ports
 
     def shares_workdir(self, host):
         return True
+
+
+def listening_ports():
+    """The ports the launcher gives its tasks: from 10000 up to the start of the ephemeral range
+    (net.ipv4.ip_local_port_range), which outgoing connections take theirs from."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            ephemeral_start = int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_start = 32768  # Linux's default
+    return range(10000, ephemeral_start)
 
 
 def isolate_network():
