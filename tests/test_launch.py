@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import REPO, launcher_usage_error
+from conftest import REPO, launcher_usage_error, run_module
 from harness import lifeline
 from harness.starters.local import LocalProcess
 
@@ -47,9 +47,8 @@ def test_the_launcher_names_an_unknown_architecture(tmp_path, assert_usage_error
 
 def test_bench_overhead_exits_1_when_the_target_is_missed(tmp_path):
     """The exit status says whether the target was met (a target no run can reach, so it is missed)."""
-    result = subprocess.run([sys.executable, os.path.join(REPO, "bench", "overhead.py"), "--config=tiny",
-                             "--steps=12", "--warmup_steps=2", "--rounds=1", "--target=1000"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300)
+    result = run_module("bench.overhead", "--config=tiny", "--steps=12", "--warmup_steps=2", "--rounds=1",
+                        "--target=1000", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert "MISSED" in result.stdout
 
