@@ -35,8 +35,6 @@ def reference_step(config, seed, feed, num_workers):
     return lm, tf.add_n(losses) / num_workers, tf.concat(final_states, axis=1), global_norm, train_op
 
 
-
-
 def main():
     args = runner_flags.parse("run", __doc__)
     remove_stale_outputs(args)

@@ -23,8 +23,6 @@ except ImportError as error:  # absent, or built against another TensorFlow
     hvd, HOROVOD_ERROR = None, error
 
 
-
-
 def main():
     args = runner_flags.parse("run_horovod", __doc__)
     if hvd is None:

@@ -36,8 +36,6 @@ except ImportError as error:  # absent, or built against another TensorFlow
     hvd, HOROVOD_ERROR = None, error
 
 
-
-
 def hybrid_placement(kinds, num_ps, worker_device):
     """A device function: sparse variables (or their parts) on the parameter servers, spread by size; every
     other op without a device of its own on this worker."""
@@ -72,7 +70,7 @@ def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
         sender, num_senders = next((m, len(groups)) for m, group in enumerate(groups) if rank in group)
         group = groups[sender]
         send, from_workers = gradient_queues.collect_gradients(parts, gradients, step, group.index(rank), len(group),
-                                                  rank == group[0], f"/job:worker/task:{group[0]}")
+                                                               rank == group[0], f"/job:worker/task:{group[0]}")
         if rank == group[0]:
             gradients = [model.deduplicate(model.concatenate_slices(g)) for g in zip(*from_workers)]
         else:
@@ -145,7 +143,7 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
     """Initialises (the dense replicas from rank 0, the sparse variables by the chief), runs the steps and,
     on the chief, records them and writes the checkpoint."""
     chief = args.task_index == 0
-    done = [gradient_queues.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
+    done = grpc_cluster.run_over(len(args.ps_hosts))
     saver = lm.saver()
     replicated = lm.state([name for name in lm.variables if kinds[name] == "dense"])  # with their accumulators
     if chief:
@@ -170,8 +168,9 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
         training.loop(args.steps, run_step, recorder.step if chief else None)
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
-                            partition_strategy=args.partition_strategy, average_sparse=args.average_sparse, local_aggregation=args.local_aggregation,
-                            sparse_senders=hybrid.num_senders, variable_kinds=kinds)
+                            partition_strategy=args.partition_strategy, average_sparse=args.average_sparse,
+                            local_aggregation=args.local_aggregation, sparse_senders=hybrid.num_senders,
+                            variable_kinds=kinds)
             cluster.run(session, done)  # the parameter servers may exit
 
 

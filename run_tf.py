@@ -36,8 +36,6 @@ import configs
 import model
 
 
-
-
 def main():
     args = runner_flags.parse("run_tf", __doc__)
     if args.job_name == "worker" and args.task_index == 0:  # the chief: this run's outputs are its
@@ -65,7 +63,7 @@ def main():
         step_kind = SyncReplicasStep if args.sync_replicas else SynchronousStep if args.sync else AsynchronousStep
         step_graph = step_kind(config, lm, feed, loss, final_state, gradients, rank, num_workers,
                                batches.epoch_size)
-    done = [gradient_queues.queue(f"done/ps{p}", [tf.int32], f"/job:ps/task:{p}").enqueue([0]) for p in range(len(args.ps_hosts))]
+    done = grpc_cluster.run_over(len(args.ps_hosts))
     saver = lm.saver()
     if chief:
         placement.print_placement("run_tf", lm, placement.gradient_kinds(lm.variables, gradients))
@@ -93,11 +91,12 @@ class SynchronousStep:
 
     def __init__(self, config, lm, feed, loss, final_state, gradients, rank, num_workers, epoch_size):
         self.config, self.chief, self.final_state = config, rank == 0, final_state
-        send, received = gradient_queues.collect_gradients(tf.nest.flatten(lm.variable_list), tf.nest.flatten(gradients),
-                                              feed.step, rank, num_workers, self.chief)
+        send, received = gradient_queues.collect_gradients(
+            tf.nest.flatten(lm.variable_list), tf.nest.flatten(gradients), feed.step, rank, num_workers, self.chief)
         loss_queues = [gradient_queues.queue(f"loss/worker{r}", [tf.int64, tf.float32], "/job:ps/task:0")
                        for r in range(num_workers)]
-        token_queues = [gradient_queues.queue(f"token/worker{r}", [tf.int64], "/job:ps/task:0") for r in range(num_workers)]
+        token_queues = [gradient_queues.queue(f"token/worker{r}", [tf.int64], "/job:ps/task:0")
+                        for r in range(num_workers)]
         self.send = send + [loss_queues[rank].enqueue([feed.step, loss])]
         self.wait_for_update = token_queues[rank].dequeue()
         if self.chief:
@@ -143,7 +142,8 @@ class AsynchronousStep:
             applied_step = global_step.assign_add(1)
         self.fetches = [loss, final_state, global_norm, read_step, applied_step]
         # The variables must be initialised (by the chief) before anyone reads them.
-        started = [gradient_queues.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
+        started = [gradient_queues.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0")
+                   for r in range(num_workers)]
         self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
         finished = gradient_queues.queue("finished", [tf.int32], "/job:ps/task:0", capacity=num_workers)
         self.finish_own = finished.enqueue([rank])
@@ -214,7 +214,8 @@ class SyncReplicasStep:
         with tf.control_dependencies([train_op]):
             applied_step = global_step.read_value()
         self.fetches = [loss, final_state, global_norm, applied_step]
-        started = [gradient_queues.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
+        started = [gradient_queues.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0")
+                   for r in range(num_workers)]
         self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
         if self.chief:
             # No initial tokens: every worker waits for the first update, as in SynchronousStep (TF's default,

@@ -89,8 +89,7 @@ def serve(cluster, args):
     """A parameter server: holds variables until the chief says the run is over (or is gone)."""
     graph = tf.Graph()
     with graph.as_default():
-        done = gradient_queues.queue(f"done/ps{args.task_index}", [tf.int32],
-                                     f"/job:ps/task:{args.task_index}").dequeue()
+        done = _done_queue(args.task_index).dequeue()
     with cluster.session(graph, []) as session:  # the chief is watched by TCP probes, not by this session
         started, chief_seen = time.monotonic(), False
         while True:
@@ -101,3 +100,12 @@ def serve(cluster, args):
                 chief_seen = chief_seen or cluster.reachable("worker0")
                 if chief_seen or time.monotonic() - started > args.startup_timeout:
                     cluster.exit_if_unreachable(["worker0"], starting=not chief_seen)
+
+
+def run_over(num_ps):
+    """The chief's ops that tell every parameter server the run is over (each `serve` waits for its own)."""
+    return [_done_queue(p).enqueue([0]) for p in range(num_ps)]
+
+
+def _done_queue(ps_index):
+    return gradient_queues.queue(f"done/ps{ps_index}", [tf.int32], f"/job:ps/task:{ps_index}")
