@@ -47,8 +47,8 @@ def parse_flags(argv=None):
     flags.DEFINE_list("workers", ["1", "2", "4"], "worker counts to sweep", flag_values=parser)
     flags.DEFINE_integer("ps", 0, "parameter-server tasks of every run; 0: one per machine (Parallax's setup)",
                          lower_bound=0, flag_values=parser)
-    flags.DEFINE_string("delay", None, "added latency per link direction, where the kernel has netem",
-                        flag_values=parser)
+    flags.DEFINE_parsed("delay", None, netns.Link.parse_delay, "added latency per link direction, where the "
+                        "kernel has netem", parser)
     flags.DEFINE_enum("scaling", "weak", ["weak", "strong"], "weak: each worker keeps the config's batch (the "
                       "global batch grows with W); strong: the W workers share it", flag_values=parser)
     flags.DEFINE_integer("repeats", 1, "runs of each combination (3: about three times as long)", lower_bound=1,
@@ -75,13 +75,12 @@ def parse_flags(argv=None):
     for name in args.runners:
         if name not in experiments.DISTRIBUTED:
             raise harness.UsageError(f"--runners: unknown runner {name!r} (known: {', '.join(experiments.DISTRIBUTED)})")
-    try:
-        args.workers = [int(w) for w in args.workers]
-    except ValueError:
-        raise harness.UsageError(f"--workers: expected numbers, got {','.join(args.workers)}")
+    if not all(w.isdigit() and int(w) >= 1 for w in args.workers):
+        raise harness.UsageError(f"--workers={','.join(args.workers)}: expected worker counts, each at least 1")
+    args.workers = [int(w) for w in args.workers]
     for name in args.configs:
         for w in args.workers:
-            if w < 1 or (args.scaling == "strong" and configs.CONFIGS[name].batch_size % w):
+            if args.scaling == "strong" and configs.CONFIGS[name].batch_size % w:
                 raise harness.UsageError(f"--workers: {w} workers do not divide {name}'s batch of "
                                          f"{configs.CONFIGS[name].batch_size} rows")
     return args

@@ -15,10 +15,16 @@ def peak_resident_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def program_name():
+    """How the user started this program, for its messages: "run_tf.py", or "python -m bench.run"."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return f"python -m {spec.name.removesuffix('.__main__')}" if spec else os.path.basename(sys.argv[0])
+
+
 def main(entry_point):
     """Runs a runner's main(): a UsageError becomes one line on stderr and exit status 2, Ctrl-C exit 130. A
     task that finishes prints its peak resident memory on stderr (every task: parameter servers too)."""
-    prog = os.path.basename(sys.argv[0])
+    prog = program_name()
     try:
         status = entry_point()
     except UsageError as error:

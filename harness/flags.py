@@ -16,6 +16,7 @@ import dataclasses
 import math
 import os
 import sys
+import tempfile
 
 from absl import flags as absl_flags
 from absl.flags import (DEFINE_boolean, DEFINE_enum, DEFINE_float, DEFINE_integer, DEFINE_list,  # noqa: F401
@@ -115,14 +116,18 @@ def _check_run(args):
 
 
 def unwritable(directory):
-    """Why `directory` cannot be created or written, or None if it can. Creates nothing."""
+    """Why `directory` cannot be created or written, or None if it can. Leaves nothing behind: it creates and
+    removes a directory in the nearest one that exists (permission bits alone do not say: /proc, read-only
+    mounts)."""
     path = os.path.abspath(directory)
     while not os.path.exists(path):
         path = os.path.dirname(path)
     if not os.path.isdir(path):
         return f"{path} is not a directory"
-    if not os.access(path, os.W_OK | os.X_OK):
-        return f"{path} is not writable"
+    try:
+        tempfile.TemporaryDirectory(dir=path).cleanup()
+    except OSError as error:
+        return f"{path} is not writable ({error.strerror})"
     return None
 
 

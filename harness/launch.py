@@ -144,8 +144,8 @@ def launcher_flags():
     flags.DEFINE_parsed("net", None, netns.Link.parse, "an emulated cluster: every machine a network namespace, its "
                         "link to one switch shaped to this rate in both directions (100mbit, 1gbit; needs root). "
                         "Default: loopback", parser)
-    flags.DEFINE_string("delay", None, "with --net: added latency per link direction (tc netem, e.g. 5ms), where the "
-                        "kernel has netem", flag_values=parser)
+    flags.DEFINE_parsed("delay", None, netns.Link.parse_delay, "with --net: added latency per link direction "
+                        "(tc netem, e.g. 5ms), where the kernel has netem", parser)
     flags.DEFINE_boolean("separate_ps", False, "with --net: parameter servers on machines of their own (default: "
                          "round the workers' machines, one per machine when --ps equals the machines)",
                          flag_values=parser)
@@ -182,7 +182,6 @@ def parse_flags(argv):
     args.machines = args.machines or (args.workers if args.net else 1)
     if args.machines > args.workers:
         raise harness.UsageError(f"--machines={args.machines}: more machines than the {args.workers} workers")
-    check_environment(args)
     args.runner_flags = argv[split + 1:]
     # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
     args.search = "--search_partitions" in args.runner_flags
@@ -199,6 +198,7 @@ def parse_flags(argv):
     if args.docker:
         docker.check(args.docker, [args.runner_args.data_path, args.runner_args.ckpt_dir,
                                    args.runner_args.results_dir])
+    check_environment(args)  # last: bad input is named before what this machine lacks
     return args
 
 

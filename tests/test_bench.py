@@ -136,7 +136,8 @@ def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
 @pytest.mark.parametrize("flags, named", [(["--configs=nope"], "--configs"), (["--runners=mpi"], "--runners"),
                                           (["--configs=small", "--scaling=strong", "--workers=3"], "--workers"),
                                           (["--batch_size=40"], "--batch_size"),
-                                          (["--net=fast"], "--net")])
+                                          (["--net=fast"], "--net"), (["--delay=soon"], "--delay=soon"),
+                                          (["--workers=2,0"], "--workers=2,0")])
 def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
     assert_usage_error(run_module("bench.run", *flags, cwd=tmp_path), named)
 

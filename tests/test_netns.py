@@ -75,6 +75,8 @@ def test_bad_net_flags_are_one_line_and_exit_2(tmp_path, assert_usage_error, nam
     assert_usage_error(launcher_usage_error("tf", ["--net=fast", "--", *TINY], tmp_path), "--net", "100mbit")
     assert_usage_error(launcher_usage_error("tf", ["--delay=5ms", "--", *TINY], tmp_path), "--delay", "--net")
     assert_usage_error(launcher_usage_error("tf", ["--separate_ps", "--", *TINY], tmp_path), "--separate_ps")
+    result = launcher_usage_error("tf", ["--net=100mbit", "--delay=-5ms", "--", *TINY], tmp_path)
+    assert_usage_error(result, "--delay=-5ms", "5ms")
 
 
 def test_a_delay_is_refused_where_the_kernel_has_no_netem(tmp_path, assert_usage_error, namespaces):

@@ -184,7 +184,7 @@ def test_a_corrupt_bench_line_is_one_error_naming_file_and_line(verified, tmp_pa
         (results / "bench.jsonl").write_text(f"{good}\n{broken}\n")
         result = make_report(results, tmp_path / "report")
         assert result.returncode == 2
-        assert result.stderr.splitlines() == [f"report: error: {results / 'bench.jsonl'}:2: "
+        assert result.stderr.splitlines() == [f"python -m reporting: error: {results / 'bench.jsonl'}:2: "
                                               + result.stderr.split(":2: ", 1)[1].strip()], result.stderr
         assert why in result.stderr
         assert not (tmp_path / "report" / "report.pdf").exists()
@@ -198,13 +198,15 @@ def test_a_verify_json_of_another_shape_is_one_line(verified, tmp_path):
     (results / "verify.json").write_text(json.dumps(verify))
     result = make_report(results, tmp_path / "report")
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"report: error: {results / 'verify.json'}: missing field 'verdict' in "
-                                          f"pairs[0]"]
+    assert result.stderr.splitlines() == [f"python -m reporting: error: {results / 'verify.json'}: "
+                                          "missing field 'verdict' in pairs[0]"]
 
 
-def test_a_missing_results_directory_is_one_line(tmp_path):
-    result = make_report(tmp_path / "nowhere", tmp_path / "report")
-    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1 and "nowhere" in result.stderr
+def test_a_missing_results_directory_is_one_line(tmp_path, assert_usage_error):
+    assert_usage_error(make_report(tmp_path / "nowhere", tmp_path / "report"), "nowhere")
+    result = subprocess.run([sys.executable, "-m", "reporting", "--colour=red"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert_usage_error(result, "--colour: no such flag")
 
 
 def test_a_run_has_one_colour_under_all_its_names():

@@ -138,6 +138,7 @@ def test_flags_from_a_flagfile_and_help(tmp_path, assert_usage_error):
     (["--seed=9223372036854775808"], "--seed"),  # 2**63: past the generators' int64 key
     (["--no_such_flag=1"], "--no_such_flag"),
     (["--flagfile=no/such/file"], "--flagfile"),
+    (["--results_dir=/proc/results"], "--results_dir=/proc/results"),  # writable by its mode bits, not in fact
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
     result = run_script("run.py", "--config=tiny", *flags, cwd=tmp_path)

@@ -67,6 +67,14 @@ class Link:
             raise ValueError(f"expected a rate such as 100mbit or 1gbit, got {rate!r}")
         return cls(int(float(match[1]) * cls.UNITS[match[2]]), delay)
 
+    @staticmethod
+    def parse_delay(text):
+        """A latency in tc's notation: "5ms", "200us", "0.5s"; raises ValueError naming the problem."""
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)(us|ms|s)", text.strip().lower())
+        if not match or float(match[1]) <= 0:
+            raise ValueError(f"expected a latency such as 5ms or 200us, got {text!r}")
+        return text.strip().lower()
+
     @property
     def rate(self):
         """The rate in tc's notation, in the largest unit that divides it ("100mbit")."""
