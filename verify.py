@@ -26,7 +26,6 @@ or when a run's loss or parameters are not finite; 2 on bad input, found before 
 --runner_args NAME=FLAGS adds flags to one run, for negative controls: "parallax=--average_sparse=false" (sums
 instead of averaging) or "horovod=--seed=2" must fail, naming the variables that differ.
 """
-import json
 import math
 import os
 import shlex
@@ -35,7 +34,7 @@ import sys
 import time
 
 import harness
-from harness import experiments, flags, launch, runner_flags
+from harness import experiments, flags, launch, results, runner_flags
 from harness.experiments import RUNS
 from harness.starters import docker
 from harness.starters.ssh import Ssh
@@ -142,18 +141,18 @@ class RunFailed(Exception):
 def train(args, name):
     """Runs `name` and returns what verify records of it, checked to be this run's and finite."""
     argv = command(args, name)
-    summary_path = os.path.join(args.results_dir, f"verify-{name}.json")
-    if os.path.exists(summary_path):
-        os.remove(summary_path)
+    summary_path = results.summary_path(args.results_dir, f"verify-{name}")
     print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
     started = time.time()
     if subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode:
         raise RunFailed(f"run {name} failed")
     if not os.path.exists(summary_path):
         raise RunFailed(f"run {name} finished but wrote no {summary_path}")
-    with open(summary_path) as f:
-        summary = json.load(f)
-    # The summary is new (removed above); the checkpoint it names must be too: written since the run started.
+    try:
+        summary = results.read_json(summary_path, "summary")
+    except results.ResultsError as error:
+        raise RunFailed(f"run {name}: {error}")
+    # The chief removed an earlier summary when it started; the checkpoint it names must be new too.
     checkpoint = summary["checkpoint"]
     if not os.path.exists(checkpoint + ".index") or os.path.getmtime(checkpoint + ".index") < started - 1:
         raise RunFailed(f"run {name}: the checkpoint {checkpoint} named by {summary_path} is not from this run")
@@ -186,7 +185,7 @@ def judge(args, a, b, result):
 def main():
     args = parse_flags()
     os.makedirs(args.results_dir, exist_ok=True)
-    verdict_path = os.path.join(args.results_dir, "verify.json")
+    verdict_path = os.path.join(args.results_dir, results.VERIFY)
     if os.path.exists(verdict_path):
         os.remove(verdict_path)  # an earlier verdict must not stand for this run
     if args.match != "auto":
@@ -204,7 +203,7 @@ def main():
     synchronous = [r["name"] for r in runs if r["expected"] == "identical"]
     pairs = [("reference", name) for name in args.runs if name != "reference"]
     pairs += [(a, b) for i, a in enumerate(synchronous) for b in synchronous[i + 1:]]
-    results = []
+    compared = []
     for a, b in pairs:
         result = checkpoints_compare.compare(checkpoint[a], checkpoint[b], args.rtol, args.atol)
         pair = {"a": a, "b": b, **{key: result[key] for key in ("max_abs_diff", "max_rel_diff", "max_ulp",
@@ -212,16 +211,14 @@ def main():
                 "differing_variables": [v["name"] for v in result["variables"] if not v["identical"]]
                 + result["missing"] + result["extra"] + [m["name"] for m in result["mismatched"]]}
         pair["passed"], pair["verdict"], pair["cause"] = judge(args, a, b, pair)
-        results.append(pair)
-    passed = all(p["passed"] is not False for p in results)
-    report(args, runs, results, passed)
-    with open(verdict_path + ".partial", "w") as f:
-        json.dump({"config": {"config": args.config, "steps": args.steps, "seed": args.seed,
-                              "workers": args.workers, "ps": args.ps, "data": args.data_path or "synthetic",
-                              "rtol": args.rtol, "atol": args.atol},
-                   "match": "identical" if args.identical else "tolerance",
-                   "runs": runs, "pairs": results, "passed": passed}, f, indent=2)
-    os.replace(verdict_path + ".partial", verdict_path)
+        compared.append(pair)
+    passed = all(p["passed"] is not False for p in compared)
+    report(args, runs, compared, passed)
+    results.write_json(verdict_path, {
+        "config": {"config": args.config, "steps": args.steps, "seed": args.seed, "workers": args.workers,
+                   "ps": args.ps, "data": args.data_path or "synthetic", "rtol": args.rtol, "atol": args.atol},
+        "match": "identical" if args.identical else "tolerance", "runs": runs, "pairs": compared,
+        "passed": passed}, "verify")
     return 0 if passed else 1
 
 

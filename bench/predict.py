@@ -14,11 +14,10 @@ only bottleneck of the network (a non-blocking switch), no latency, no per-messa
 parameter servers' own arithmetic. The compute time comes from bench's run.py measurement in
 results/bench.jsonl, or --compute_seconds.
 """
-import json
 import os
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import data, experiments, flags
+from harness import data, experiments, flags, results
 from harness.experiments import RUNS
 from harness.starters import netns
 import numpy as np
@@ -110,11 +109,8 @@ def extrapolate(config, args, compute, machine_counts):
 def write(results_dir, records):
     """<results_dir>/bench-predict.jsonl, one line per record, written whole or not at all (make report reads
     it)."""
-    path = os.path.join(results_dir, "bench-predict.jsonl")
-    os.makedirs(results_dir, exist_ok=True)
-    with open(path + ".part", "w") as f:
-        f.writelines(json.dumps(record) + "\n" for record in records)
-    os.replace(path + ".part", path)
+    path = os.path.join(results_dir, results.PREDICTIONS)
+    results.write_lines(path, records, "prediction")
     return path
 
 
@@ -133,13 +129,11 @@ def this_repo(args):
 
 
 def measured_compute(args):
-    path = os.path.join(args.results_dir, "bench.jsonl")
+    path = os.path.join(args.results_dir, results.BENCH)
     if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                record = json.loads(line)
-                if record["config"] == args.config:
-                    return record["compute_seconds_one_device"]
+        for _, record in results.read_lines(path, "bench"):
+            if record["config"] == args.config:
+                return record["compute_seconds_one_device"]
     raise harness.UsageError(f"no compute time for {args.config}: run make bench first, or pass "
                              f"--compute_seconds")
 

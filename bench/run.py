@@ -17,7 +17,6 @@ end prints a table per config. A run whose bound says it would take longer than 
 with a line saying why and what it would cost.
 """
 import dataclasses
-import json
 import os
 import signal
 import statistics
@@ -27,7 +26,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import environment, experiments, flags
+from harness import environment, experiments, flags, results
 from harness.experiments import RUNS
 from harness.starters import netns
 
@@ -124,8 +123,7 @@ def one_device(args):
     name = f"bench-{args.config}-one-device"
     run_quietly([sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name), "--emulate_workers=1"],
                 f"run.py (the compute time of {args.config})")
-    with open(os.path.join(args.runs_dir, name + ".json")) as f:
-        return json.load(f)["throughput"]
+    return results.read_json(results.summary_path(args.runs_dir, name), "summary")["throughput"]
 
 
 def machine_of_tasks(addresses, workers, servers):
@@ -171,10 +169,8 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}", f"--ps={num_ps}",
                  f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else []),
                  "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags], f"{runner} at W={num_workers}")
-    with open(os.path.join(args.runs_dir, run_name + ".json")) as f:
-        summary = json.load(f)
-    with open(os.path.join(args.runs_dir, run_name + ".network.json")) as f:
-        counted = json.load(f)
+    summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
+    counted = results.read_json(results.network_path(args.runs_dir, run_name))
     measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
     step = summary["throughput"]["median_step_seconds"]
     return dict(record, run_name=run_name, throughput=summary["throughput"],
@@ -250,7 +246,7 @@ def main():
     os.makedirs(args.runs_dir, exist_ok=True)
     combinations = [(config, runner, w, repeat) for config in args.configs for w in args.workers
                     for repeat in range(1, args.repeats + 1) for runner in args.runners]
-    output = os.path.join(args.results_dir, "bench.jsonl")
+    output = os.path.join(args.results_dir, results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "
           f"{', '.join(map(str, args.workers))} x {args.repeats}), {args.steps} steps of which {args.warmup_steps} "
@@ -270,8 +266,7 @@ def main():
         record = one_run(args, runner, w, repeat, variables, rows[w], base)
         record["environment"] = environment.describe(args, run_config(args, w), w)
         records.append(record)
-        with open(output, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        results.append_line(output, record, "bench")
         progress(i, len(combinations), record, started)
     print(table(records))
     print(f"\nbench: {len(records)} runs in {(time.monotonic() - started) / 60:.1f} min -> {output}")

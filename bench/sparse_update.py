@@ -1,8 +1,8 @@
 """What does the O(rows) sparse update save? The training step of run.py (one worker) with model.update as
 it is, which scatters a sparse gradient into the rows it touches, against the same step with the rule it
 replaced, which first summed every sparse gradient into a dense table and then updated the whole table
-(`densify`). Each round runs both at the same time, each pinned to its own core (so both see the same moment
-of a shared, noisy machine), and the next round swaps the cores, as bench/overhead.py does.
+(`densify`). Each round runs both in turn on the same core, the first alternating (bench/pinned.py), as
+bench/overhead.py does.
 
     python -m bench.sparse_update --config=small --steps=300 --warmup_steps=50 --rounds=4
     python -m bench.sparse_update --config=lm1b --steps=40 --warmup_steps=10 --rounds=2 --workers=2
@@ -17,9 +17,9 @@ import os
 import statistics
 
 from bench.bare_loop import timed_steps
-from bench.pinned import start_pinned
+from bench.pinned import CORE, in_turn
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import data, determinism, environment, flags
+from harness import data, determinism, environment, flags, results
 from harness.training import StepFeed
 import numpy as np
 import tensorflow as tf
@@ -97,7 +97,7 @@ def bytes_per_worker(args, config):
 
 def main():
     parser = flags.parser("bench-sparse-update", __doc__)
-    flags.DEFINE_integer("rounds", 4, "pairs of runs; an even number gives each update each core equally often",
+    flags.DEFINE_integer("rounds", 4, "pairs of runs; an even number puts each update first equally often",
                          lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("workers", 2, "the workers whose per-worker bytes are counted", lower_bound=1,
                          flag_values=parser)
@@ -112,27 +112,18 @@ def main():
               f"--seed={args.seed}", f"--intra_op_threads={args.intra_op_threads}",
               f"--inter_op_threads={args.inter_op_threads}"] + ([f"--data_path={args.data_path}"]
                                                                  if args.data_path else [])
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        raise harness.UsageError("bench-sparse-update runs its two loops side by side and needs 2 cores")
     rounds = []
     for i in range(args.rounds):
-        # Both at once, each pinned to its own core; every other round they swap cores.
-        cores_of = dict(zip(("scatter", "dense"), cores[:2] if i % 2 == 0 else cores[1::-1]))
-        children = {update: start_pinned(core, ["-m", "bench.sparse_update", *shared, f"--update={update}"])
-                    for update, core in cores_of.items()}
-        summaries = {}
-        for update, child in children.items():
-            output, _ = child.communicate()
-            if child.returncode:
-                raise SystemExit(f"round {i + 1} failed: the {update} update exited {child.returncode}")
-            summaries[update] = json.loads(output.strip().splitlines()[-1])
+        outputs, first = in_turn({update: ["-m", "bench.sparse_update", *shared, f"--update={update}"]
+                                  for update in ("scatter", "dense")}, i)
+        summaries = {update: json.loads(output.strip().splitlines()[-1]) for update, output in outputs.items()}
         ratio = summaries["scatter"]["median"] / summaries["dense"]["median"]
         rounds.append({update: {"words_per_sec": s["median"], "median_step_seconds": s["median_step_seconds"],
-                                "peak_resident_bytes": s["peak_resident_bytes"], "core": cores_of[update]}
-                       for update, s in summaries.items()} | {"ratio": ratio})
-        print(f"round {i + 1}: " + ", ".join(f"{u} update {s['median_step_seconds']:.4f} s/step on core {cores_of[u]}"
-                                             for u, s in summaries.items()) + f": ratio {ratio:.3f}", flush=True)
+                                "peak_resident_bytes": s["peak_resident_bytes"]}
+                       for update, s in summaries.items()} | {"ratio": ratio, "core": CORE, "first": first})
+        print(f"round {i + 1}: " + ", ".join(f"{u} update {s['median_step_seconds']:.4f} s/step"
+                                             for u, s in summaries.items())
+              + f", in turn on core {CORE} ({first} first): ratio {ratio:.3f}", flush=True)
     ratio = statistics.median(r["ratio"] for r in rounds)
     sent = bytes_per_worker(args, config)
     result = {"benchmark": "sparse-update", "config": args.config, "ratio": ratio, "target": TARGET,
@@ -141,10 +132,8 @@ def main():
                                       for u in ("scatter", "dense")},
               "per_worker_per_step": sent, "steps": args.steps, "warmup_steps": args.warmup_steps,
               "environment": environment.describe(args, config, 1)}
-    os.makedirs(args.results_dir, exist_ok=True)
     path = os.path.join(args.results_dir, f"bench-sparse-update-{args.config}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
+    results.write_json(path, result)
     steps = result["median_step_seconds"]
     print(f"{args.config}: scatter update {steps['scatter']:.4f} s/step, dense update {steps['dense']:.4f} s/step; "
           f"words/sec scatter / dense = {ratio:.3f} (median of {args.rounds} rounds; target >= {TARGET})")

@@ -18,13 +18,12 @@ under harness/starters/, are described there; with --mpi, one local mpirun task 
 (`starters/mpirun.py`).
 """
 import dataclasses
-import json
 import os
 import socket
 import sys
 
 import harness
-from harness import data, flags, partition_search, runner_flags
+from harness import data, flags, partition_search, results, runner_flags
 from harness.tasks import Task, run_tasks
 from harness.experiments import SCRIPTS
 from harness.starters import docker, mpirun, netns
@@ -259,16 +258,15 @@ def run_job(args, starter):
                                             f"--ckpt_dir={os.path.join(runner_args.ckpt_dir, name)}"])
             if status:
                 raise SystemExit(status)
-            with open(os.path.join(runner_args.results_dir, name + ".json")) as f:
-                return json.load(f)["throughput"]["median_step_seconds"]
+            summary = results.read_json(results.summary_path(runner_args.results_dir, name), "summary")
+            return summary["throughput"]["median_step_seconds"]
         best = partition_search.search(trial, runner_args.results_dir,
                                        min(64, flags.model_config(runner_args).vocab_size))
         runner_flags = runner_flags + [f"--partitions={best}"]
     status, tasks = run(runner_flags, counter and counter.watch)
     if counter and status == 0:
-        path = os.path.join(runner_args.results_dir, runner_args.run_name + ".network.json")
-        with open(path, "w") as f:
-            json.dump(counter.result(tasks), f, indent=2)
+        results.write_json(results.network_path(runner_args.results_dir, runner_args.run_name),
+                           counter.result(tasks))
     return status
 
 

@@ -5,10 +5,11 @@ improves; fit t(n) = b/n + a(n - 1) + c to the measured times by least squares (
 as it is split; a(n - 1): every part costs a fixed overhead; c: the rest) and take the integer n that
 minimises the fit, within the range measured.
 """
-import json
 import os
 
 import numpy as np
+
+from harness import results
 
 
 def fit(partitions, seconds):
@@ -49,8 +50,7 @@ def search(trial, results_dir, max_partitions):
     if coefficients:
         print("partition search: fit t(n) = {1:.4g}/n + {0:.4g}(n-1) + {2:.4g}".format(*coefficients))
     print(f"partition search: best {best} partitions", flush=True)
-    os.makedirs(results_dir, exist_ok=True)
-    with open(os.path.join(results_dir, "partition-search.json"), "w") as f:
-        json.dump({"partitions": partitions, "median_step_seconds": seconds,
-                   "fit": dict(zip("abc", coefficients)) if coefficients else None, "best": best}, f, indent=2)
+    results.write_json(os.path.join(results_dir, results.PARTITION_SEARCH), {
+        "partitions": partitions, "median_step_seconds": seconds,
+        "fit": dict(zip("abc", coefficients)) if coefficients else None, "best": best})
     return best

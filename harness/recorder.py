@@ -23,7 +23,7 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import tensorflow as tf  # noqa: E402
 
 import harness
-from harness import environment, events
+from harness import environment, events, results
 from harness.timer import ThroughputTimer
 
 
@@ -32,8 +32,8 @@ class Recorder:
         self.args, self.config, self.runner, self.num_workers = args, config, runner, num_workers
         os.makedirs(args.results_dir, exist_ok=True)
         os.makedirs(args.ckpt_dir, exist_ok=True)
-        self.summary_path = summary_path(args)
-        self.steps_log = open(os.path.join(args.results_dir, args.run_name + ".jsonl"), "w")
+        self.summary_path = results.summary_path(args.results_dir, args.run_name)
+        self.steps_log = open(results.steps_path(args.results_dir, args.run_name), "w")
         self.tensorboard = tf.compat.v1.summary.FileWriter(
             os.path.join(args.results_dir, "tensorboard", args.run_name))
         self.timer = ThroughputTimer(args.warmup_steps)
@@ -92,10 +92,7 @@ class Recorder:
             "environment": environment.describe(self.args, self.config, self.num_workers),
             **extra,
         }
-        partial = self.summary_path + ".partial"
-        with open(partial, "w") as f:
-            json.dump(summary, f, indent=2)
-        os.replace(partial, self.summary_path)
+        results.write_json(self.summary_path, summary, "summary")
         print(f"[{self.runner}] {throughput['median']:,.0f} words/sec median, central 68% "
               f"[{throughput['p16']:,.0f}, {throughput['p84']:,.0f}] over {throughput['measured_steps']} steps "
               f"after {throughput['warmup_steps']} warm-up; checkpoint {prefix}; results {self.summary_path}",
@@ -103,15 +100,11 @@ class Recorder:
         return summary
 
 
-def summary_path(args):
-    return os.path.join(args.results_dir, args.run_name + ".json")
-
-
 def remove_stale_outputs(args):
     """Removes the summary and the checkpoint an earlier run left at this run's paths, so that a run that
     fails, at start-up or later, leaves nothing that looks finished. Every runner's chief calls it first, once
     its flags are valid."""
-    for stale in [summary_path(args), os.path.join(args.ckpt_dir, "checkpoint"),
+    for stale in [results.summary_path(args.results_dir, args.run_name), os.path.join(args.ckpt_dir, "checkpoint"),
                   *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]:
         if os.path.isfile(stale):
             os.remove(stale)

@@ -4,7 +4,7 @@ Exit status 0 with the report written; 2 on bad flags or input that cannot be re
 or the file and line)."""
 import harness
 from harness import UsageError, flags
-from reporting import InputError
+from harness.results import ResultsError
 from reporting.build import build
 
 
@@ -15,7 +15,7 @@ def main(argv=None):
     args = flags.parse(parser, argv)
     try:
         pdf = build(args.results_dir, args.out_dir)
-    except InputError as error:
+    except ResultsError as error:
         raise UsageError(str(error))
     print(f"report: {pdf}")
     return 0

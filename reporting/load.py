@@ -1,22 +1,21 @@
-"""Reads results/: the only module that knows the files' names and fields (docs/outputs.md).
+"""Reads results/ into the report's view of it, with harness/results.py's names, fields and readers
+(docs/outputs.md).
 
     verify.json            make verify's verdict                       -> Results.verify (None: not run)
     <run>.json, .jsonl     every run's summary and its steps            -> Results.runs
     bench.jsonl            make bench, one line per benchmarked run     -> Results.bench (None: not run)
     bench-predict.jsonl    python -m bench.predict's extrapolation      -> Results.predictions (None: not run)
 
-Anything that cannot be read is an InputError naming the file (and line): the report is never built from
+Anything that cannot be read is a ResultsError naming the file (and line): the report is never built from
 half of a file.
 """
 import dataclasses
 import glob
-import json
 import os
 
-from reporting import InputError, palette
-
-# Files in results/ that are not one run's summary.
-NOT_RUN_SUMMARIES = {"verify.json", "bench-overhead.json", "partition-search.json"}
+from harness import results
+from harness.results import ResultsError
+from reporting import palette
 
 
 @dataclasses.dataclass
@@ -82,54 +81,37 @@ class Results:
         return self.runs.get(f"verify-{name}")
 
 
-# The fields the report reads from verify.json and the summaries (docs/outputs.md): checked when read, so that
-# a file of another shape is one line naming it, not a failure halfway through the report.
-THROUGHPUT_FIELDS = ["median", "p16", "p84", "mean", "median_step_seconds", "measured_steps"]
-VERIFY_FIELDS = {
-    "": ["config", "match", "runs", "pairs", "passed"],
-    "config": ["config", "steps", "seed", "workers", "ps", "data", "rtol", "atol"],
-    "runs[]": ["name", "expected", "command", "final_loss", "throughput"],
-    "runs[].throughput": THROUGHPUT_FIELDS,
-    "pairs[]": ["a", "b", "max_abs_diff", "max_rel_diff", "max_ulp", "identical", "differing_variables", "verdict",
-                "cause"],
-}
-SUMMARY_FIELDS = {"": ["runner", "config", "steps", "final_loss", "throughput"], "config": ["name"]}
-STEP_FIELDS = ["step", "loss"]
-
-
 def load(directory):
     if not os.path.isdir(directory):
-        raise InputError(f"{directory}: no such results directory (run make verify, make bench)")
-    verify_path = os.path.join(directory, "verify.json")
-    verify = _checked(_read_json(verify_path), VERIFY_FIELDS, verify_path) if os.path.exists(verify_path) else None
+        raise ResultsError(f"{directory}: no such results directory (run make verify, make bench)")
+    verify_path = os.path.join(directory, results.VERIFY)
+    verify = results.read_json(verify_path, "verify") if os.path.exists(verify_path) else None
     runs = {}
     for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
-        if os.path.basename(path) in NOT_RUN_SUMMARIES:
+        if os.path.basename(path) in results.NOT_RUN_SUMMARIES:
             continue
-        summary = _read_json(path)
+        summary = results.read_json(path)
         if not (isinstance(summary, dict) and "runner" in summary and "throughput" in summary):
             continue  # some other tool's file
-        _checked(summary, SUMMARY_FIELDS, path)
+        results.checked(summary, "summary", path)
         name = os.path.basename(path)[:-len(".json")]
-        steps_path = os.path.join(directory, name + ".jsonl")
-        steps = list(_read_lines(steps_path)) if os.path.exists(steps_path) else []
-        for number, record in steps:
-            _checked(record, {"": STEP_FIELDS}, f"{steps_path}:{number}")
+        steps_path = results.steps_path(directory, name)
+        steps = results.read_lines(steps_path, "step") if os.path.exists(steps_path) else []
         runs[name] = Run(name, summary, [record for _, record in steps])
-    return Results(directory, verify, runs, _optional_lines(directory, "bench.jsonl", _bench_row),
-                   _optional_lines(directory, "bench-predict.jsonl", _prediction))
+    return Results(directory, verify, runs, _optional_lines(directory, results.BENCH, "bench", _bench_row),
+                   _optional_lines(directory, results.PREDICTIONS, "prediction", _prediction))
 
 
-def _optional_lines(directory, filename, parse):
+def _optional_lines(directory, filename, kind, parse):
     path = os.path.join(directory, filename)
     if not os.path.exists(path):
         return None
     rows = []
-    for number, record in _read_lines(path):
+    for number, record in results.read_lines(path, kind):
         try:
             rows.append(parse(record))
         except (AttributeError, KeyError, TypeError, ValueError) as error:
-            raise InputError(f"{path}:{number}: {_describe(error)}") from None
+            raise ResultsError(f"{path}:{number}: {_describe(error)}") from None
     return rows
 
 
@@ -163,34 +145,6 @@ def _prediction(record):
                       link=record.get("link"), words_per_sec=float(record["words_per_sec"]))
 
 
-def _checked(record, fields, where):
-    """`record`, after checking it has `fields`: {path: [field]}, where a path names nested objects and [] every
-    element of a list ("runs[].throughput"). Raises InputError naming `where`, the path and the field."""
-    for path, names in fields.items():
-        for label, value in _at(record, path.split(".") if path else [], path):
-            if not isinstance(value, dict):
-                raise InputError(f"{where}: {label or 'the file'} is not a JSON object")
-            for name in names:
-                if name not in value:
-                    raise InputError(f"{where}: missing field {name!r}" + (f" in {label}" if label else ""))
-    return record
-
-
-def _at(value, steps, label):
-    """(label, value) of every object a path reaches: runs[] reaches each element of runs."""
-    if not steps:
-        return [(label, value)]
-    step, rest = steps[0], steps[1:]
-    key = step.removesuffix("[]")
-    if not isinstance(value, dict) or key not in value:
-        return [(label, None)]
-    if step.endswith("[]"):
-        if not isinstance(value[key], list):
-            return [(key, None)]
-        return [item for i, element in enumerate(value[key]) for item in _at(element, rest, f"{key}[{i}]")]
-    return _at(value[key], rest, key)
-
-
 def _config_name(config):
     return config["name"] if isinstance(config, dict) else str(config)
 
@@ -205,32 +159,3 @@ def _float_or_none(value):
 
 def _describe(error):
     return f"missing field {error.args[0]!r}" if isinstance(error, KeyError) else f"bad value: {error}"
-
-
-def _read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
-
-
-def _read_lines(path):
-    """(line number, record) of every non-empty line of a JSON-lines file; each must be a JSON object."""
-    try:
-        with open(path) as f:
-            lines = f.readlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: cannot read: {error}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise InputError(f"{path}:{number}: not valid JSON: {error.msg}") from None
-        if not isinstance(record, dict):
-            raise InputError(f"{path}:{number}: not a JSON object")
-        yield number, record

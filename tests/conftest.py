@@ -12,6 +12,7 @@ import time
 import harness.determinism  # noqa: F401  (before TensorFlow: it fixes the kernels, as in the runners)
 import numpy as np
 import pytest
+from pypdf import PdfReader
 import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -225,3 +226,10 @@ def host_without_this_workdir(ssh_config, tmp_path):
     yield "127.0.0.4"
     server.terminate()
     server.wait()
+
+
+def pdf_text(path):
+    """The PDF's text, with runs of whitespace (line and cell breaks) as one space and without the invisible
+    word joiners that keep ranges of numbers on one line."""
+    text = " ".join(page.extract_text() for page in PdfReader(path).pages).replace("\u2060", "")
+    return " ".join(text.split())

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from pypdf import PdfReader
 
-from conftest import REPO
+from conftest import REPO, pdf_text
 from harness import experiments
 from reporting import blocks, palette
 
@@ -33,13 +33,6 @@ def make_report(results_dir, out_dir):
                           cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
-def pdf_text(path):
-    """The PDF's text, with runs of whitespace (line and cell breaks) as one space and without the invisible
-    word joiners that keep ranges of numbers on one line."""
-    text = " ".join(page.extract_text() for page in PdfReader(path).pages).replace("\u2060", "")
-    return " ".join(text.split())
-
-
 def summary(results_dir, name):
     return json.loads((results_dir / f"verify-{name}.json").read_text())
 
@@ -58,14 +51,15 @@ def bench_lines(results_dir):
             lines.append({"runner": runner, "architecture": "tf" if "tf" in runner else "horovod",
                           "config": "tiny", "workers": workers, "ps": workers, "machines": workers,
                           "link": "100mbit", "bits_per_second": 100_000_000, "repeat": 1,
+                          "compute_seconds_one_device": step / 3,
                           "run_name": f"bench-tiny-{runner}-w{workers}-r1", "throughput": throughput,
                           "predicted_bytes_per_step": [{"sent": 1e6 * workers, "received": 1e6 * workers}] * workers,
                           "measured_bytes_per_step": per_machine, "compute_seconds": step / 3,
                           "network_seconds": step / 2, "bound_seconds": step * 5 / 6,
                           "step_over_bound": 1.2, "environment": measured["environment"]})
     lines.append({"runner": "horovod-dense", "architecture": "horovod", "config": "tiny", "workers": 4, "ps": 4,
-                  "machines": 4, "link": "100mbit", "repeat": 1,
-                  "skipped": "its bound is 9.0 s a step, 15 minutes for 100 steps (--max_run_seconds=900)"})
+                  "machines": 4, "link": "100mbit", "repeat": 1, "compute_seconds_one_device": 0.1,
+                  "predicted_bytes_per_step": [{"sent": 2.1e8, "received": 2.1e8}] * 4, "skipped": "its bound is 9.0 s a step, 15 minutes for 100 steps (--max_run_seconds=900)"})
     return lines
 
 
@@ -77,7 +71,8 @@ def scaled(throughput, factor):
 
 
 def prediction_lines():
-    return [{"runner": runner, "config": "tiny", "workers": workers, "words_per_sec": speed * workers ** 0.8}
+    return [{"runner": runner, "config": "tiny", "workers": workers, "machines": workers, "link": "100mbit",
+             "words_per_sec": speed * workers ** 0.8}
             for runner, speed in [("tf", 900.0), ("horovod", 600.0), ("parallax", 1500.0)]
             for workers in (2, 4, 8, 16, 32, 48)]
 

@@ -1,0 +1,156 @@
+"""What the project writes under results/ (docs/outputs.md): each file's name, the fields its records must have,
+and the one way it is written and read.
+
+    <run>.json             the Recorder: one run's summary                          kind "summary"
+    <run>.jsonl            the Recorder: its steps, one line each                   kind "step"
+    <run>.network.json     the launcher with --net: bytes counted on each link
+    verify.json            verify.py: the verdict                                   kind "verify"
+    bench.jsonl            python -m bench.run: one line per benchmarked run        kind "bench"
+    bench-predict.jsonl    python -m bench.predict (and bench.run): extrapolation   kind "prediction"
+    bench-overhead.json    python -m bench.overhead
+    partition-search.json  the launcher's --search_partitions
+
+A writer checks its record against its kind's fields before it writes, so that what is written is what the
+report can read; files are written whole (to a temporary name, then renamed), so a crash never leaves half a
+file that looks finished. A reader gets ResultsError naming the file (and line) and the field.
+"""
+import json
+import os
+
+VERIFY, BENCH, PREDICTIONS = "verify.json", "bench.jsonl", "bench-predict.jsonl"
+OVERHEAD, PARTITION_SEARCH = "bench-overhead.json", "partition-search.json"
+NOT_RUN_SUMMARIES = {VERIFY, OVERHEAD, PARTITION_SEARCH}
+
+
+def summary_path(results_dir, run_name):
+    return os.path.join(results_dir, run_name + ".json")
+
+
+def steps_path(results_dir, run_name):
+    return os.path.join(results_dir, run_name + ".jsonl")
+
+
+def network_path(results_dir, run_name):
+    return os.path.join(results_dir, run_name + ".network.json")
+
+
+# The fields each kind of record must have, as {path: [field]}: a path names nested objects, [] every element
+# of a list ("runs[].throughput"). These are the fields the report and bench read.
+THROUGHPUT = ["median", "p16", "p84", "mean", "median_step_seconds", "measured_steps"]
+FIELDS = {
+    "summary": {"": ["runner", "config", "steps", "final_loss", "throughput", "checkpoint"], "config": ["name"],
+                "throughput": THROUGHPUT},
+    "step": {"": ["step", "loss"]},
+    "verify": {
+        "": ["config", "match", "runs", "pairs", "passed"],
+        "config": ["config", "steps", "seed", "workers", "ps", "data", "rtol", "atol"],
+        "runs[]": ["name", "expected", "command", "final_loss", "throughput"],
+        "runs[].throughput": THROUGHPUT,
+        "pairs[]": ["a", "b", "max_abs_diff", "max_rel_diff", "max_ulp", "identical", "differing_variables",
+                    "verdict", "cause"],
+    },
+    "bench": {"": ["runner", "config", "workers", "ps", "machines", "link", "repeat", "compute_seconds_one_device",
+                   "predicted_bytes_per_step"]},
+    "measured bench": {"": ["throughput", "measured_bytes_per_step", "compute_seconds", "network_seconds",
+                            "bound_seconds"], "throughput": THROUGHPUT},
+    "prediction": {"": ["runner", "config", "workers", "machines", "link", "words_per_sec"]},
+}
+
+
+class ResultsError(Exception):
+    """A results file that cannot be read, or a record without a field its kind needs: one line naming the file
+    (and line) and the field."""
+
+
+def checked(record, kind, where):
+    """`record`, after checking it has the fields of `kind` (FIELDS; a bench record that is not skipped, those of
+    "measured bench" too); raises ResultsError naming `where`, the path and the field."""
+    kinds = [kind] + (["measured bench"] if kind == "bench" and isinstance(record, dict)
+                      and "skipped" not in record else [])
+    for fields in (FIELDS[k] for k in kinds):
+        for path, names in fields.items():
+            for label, value in _at(record, path.split(".") if path else [], path):
+                if not isinstance(value, dict):
+                    raise ResultsError(f"{where}: {label or 'the file'} is not a JSON object")
+                for name in names:
+                    if name not in value:
+                        raise ResultsError(f"{where}: missing field {name!r}" + (f" in {label}" if label else ""))
+    return record
+
+
+def _at(value, steps, label):
+    """(label, value) of every object a path reaches: runs[] reaches each element of runs."""
+    if not steps:
+        return [(label, value)]
+    step, rest = steps[0], steps[1:]
+    key = step.removesuffix("[]")
+    if not isinstance(value, dict) or key not in value:
+        return [(label, None)]
+    if step.endswith("[]"):
+        if not isinstance(value[key], list):
+            return [(key, None)]
+        return [item for i, element in enumerate(value[key]) for item in _at(element, rest, f"{key}[{i}]")]
+    return _at(value[key], rest, key)
+
+
+def write_json(path, record, kind=None):
+    """Writes `record` to `path` whole, after checking it is a record of `kind` (when given)."""
+    if kind:
+        checked(record, kind, path)
+    _write_whole(path, json.dumps(record, indent=2))
+
+
+def write_lines(path, records, kind=None):
+    """Writes `records` to `path` whole, one JSON line each, after checking each (when `kind` is given)."""
+    for number, record in enumerate(records, 1):
+        if kind:
+            checked(record, kind, f"{path}:{number}")
+    _write_whole(path, "".join(json.dumps(record) + "\n" for record in records))
+
+
+def append_line(path, record, kind):
+    """Adds `record` to the JSON-lines file at `path`, after checking it: one write of one whole line, so that a
+    sweep stopped halfway leaves the lines of the runs it finished."""
+    checked(record, kind, path)
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _write_whole(path, text):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".partial", "w") as f:
+        f.write(text)
+    os.replace(path + ".partial", path)
+
+
+def read_json(path, kind=None):
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultsError(f"{path}: cannot read: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ResultsError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
+    return checked(record, kind, path) if kind else record
+
+
+def read_lines(path, kind=None):
+    """(line number, record) of every non-empty line of a JSON-lines file; each must be a JSON object (of
+    `kind`, when given)."""
+    try:
+        with open(path) as f:
+            lines = f.readlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultsError(f"{path}: cannot read: {error}") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ResultsError(f"{path}:{number}: not valid JSON: {error.msg}") from None
+        if not isinstance(record, dict):
+            raise ResultsError(f"{path}:{number}: not a JSON object")
+        records.append((number, checked(record, kind, f"{path}:{number}") if kind else record))
+    return records
