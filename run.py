@@ -26,8 +26,7 @@ def reference_step(config, seed, feed, num_workers):
     losses, final_states, gradients = [], [], []
     for r in range(num_workers):  # worker r's forward and backward pass, on its rows only
         rows = data.shard(config.batch_size, r, num_workers)
-        loss, final_state = lm.loss(feed.inputs[rows], feed.targets[rows], feed.initial_state[:, rows],
-                                    lm.dropout_masks(seed, feed.step, rows), lm.sampled_candidates(seed, feed.step))
+        loss, final_state = feed.loss(lm, seed, rows)
         losses.append(loss)
         final_states.append(final_state)
         gradients.append(lm.worker_gradients(loss))

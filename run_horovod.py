@@ -37,9 +37,7 @@ def main():
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, batches, rows)
     lm = model.LSTMLanguageModel(config, args.seed)
-    loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
-                                lm.dropout_masks(args.seed, feed.step, rows),
-                                lm.sampled_candidates(args.seed, feed.step))
+    loss, final_state = feed.loss(lm, args.seed)
     gradients = lm.worker_gradients(loss)
     if args.sparse_as_dense:
         gradients = [tf.convert_to_tensor(g) for g in gradients]

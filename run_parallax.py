@@ -111,11 +111,9 @@ class HybridStep:
     sparse ones sent to the parameter servers, the chief's sparse update and clipping factor, then the dense
     update with that factor on every replica."""
 
-    def __init__(self, args, config, lm, kinds, feed, rows, rank, num_workers):
+    def __init__(self, args, config, lm, kinds, feed, rank, num_workers):
         chief = rank == 0
-        loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
-                                    lm.dropout_masks(args.seed, feed.step, rows),
-                                    lm.sampled_candidates(args.seed, feed.step))
+        loss, final_state = feed.loss(lm, args.seed)
         gradients, variables, names = lm.worker_gradients(loss), lm.variable_list, list(lm.variables)
         self.sparse = [i for i, name in enumerate(names) if kinds[name] == "sparse"]
         # Parallax: dense gradients are averaged by allreduce, and kept on every worker.
@@ -196,7 +194,7 @@ def main():
     feed = StepFeed(config, batches, rows)
     with tf.compat.v1.device(hybrid_placement(kinds, len(args.ps_hosts), f"/job:worker/task:{rank}")):
         lm = model.LSTMLanguageModel(config, args.seed, args.partitions, args.partition_strategy)
-        hybrid = HybridStep(args, config, lm, kinds, feed, rows, rank, num_workers)
+        hybrid = HybridStep(args, config, lm, kinds, feed, rank, num_workers)
     train(args, config, cluster, lm, kinds, hybrid, feed, num_workers)
 
 

@@ -56,9 +56,7 @@ def main():
             cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}",
             ps_strategy=placement.GreedyBySize(len(args.ps_hosts)))):
         lm = model.LSTMLanguageModel(config, args.seed, args.partitions, args.partition_strategy)
-        loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
-                                    lm.dropout_masks(args.seed, feed.step, rows),
-                                    lm.sampled_candidates(args.seed, feed.step))
+        loss, final_state = feed.loss(lm, args.seed)
         gradients = lm.worker_gradients(loss)
         step_kind = SyncReplicasStep if args.sync_replicas else SynchronousStep if args.sync else AsynchronousStep
         step_graph = step_kind(config, lm, feed, loss, final_state, gradients, rank, num_workers,

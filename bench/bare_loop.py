@@ -1,5 +1,5 @@
-"""The baseline of `make bench-overhead`: run.py's training graph in a loop with nothing around it (no results,
-no TensorBoard, no progress lines). Prints the throughput summary as one JSON line."""
+"""The baseline of `make bench-overhead`: run.py's training step on one device in a loop with nothing around it
+(no results, no TensorBoard, no progress lines). Prints the throughput summary as one JSON line."""
 import json
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
@@ -8,7 +8,7 @@ from harness.timer import ThroughputTimer
 from harness.training import StepFeed
 import tensorflow as tf
 
-from run import reference_step
+import model
 
 
 def main():
@@ -16,8 +16,19 @@ def main():
     config = flags.model_config(args)
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, data.load(args, config), rows=slice(None))
-    _, loss, final_state, _, train_op = reference_step(config, args.seed, feed, num_workers=1)
-    print(json.dumps(timed_steps(args, config, feed, [loss, final_state, train_op])))
+    print(json.dumps(timed_steps(args, config, feed, train_step(config, args.seed, feed))))
+
+
+def train_step(config, seed, feed, prepare=None):
+    """run.py's step on one device: the model's loss, gradients and update, nothing more. `prepare(variables,
+    gradients)` changes the gradients first (bench.sparse_update's densified rule). Returns the fetches: the
+    loss, the final LSTM state and the update op."""
+    lm = model.LSTMLanguageModel(config, seed)
+    loss, final_state = feed.loss(lm, seed)
+    gradients = lm.worker_gradients(loss)
+    train_op, _ = model.update(lm, prepare(lm.variable_list, gradients) if prepare else gradients,
+                               feed.learning_rate)
+    return [loss, final_state, train_op]
 
 
 def timed_steps(args, config, feed, fetches):

@@ -16,7 +16,7 @@ import json
 import os
 import statistics
 
-from bench.bare_loop import timed_steps
+from bench.bare_loop import timed_steps, train_step
 from bench.pinned import CORE, in_turn
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
 from harness import data, determinism, environment, flags, results
@@ -38,24 +38,12 @@ def densify(variables, gradients):
             for v, g in zip(variables, gradients)]
 
 
-def train_step(config, seed, feed, update):
-    """run.py's step for one worker, with the scatter update ("scatter") or the densified one ("dense")."""
-    lm = model.LSTMLanguageModel(config, seed)
-    loss, final_state = lm.loss(feed.inputs, feed.targets, feed.initial_state,
-                                lm.dropout_masks(seed, feed.step, feed.rows), lm.sampled_candidates(seed, feed.step))
-    gradients = lm.worker_gradients(loss)
-    if update == "dense":
-        gradients = densify(lm.variable_list, gradients)
-    train_op, _ = model.update(lm, gradients, feed.learning_rate)
-    return loss, final_state, train_op
-
-
 def time_steps(args, config):
     """A child: trains --steps steps with --update; prints the throughput summary as one JSON line."""
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, data.load(args, config), rows=slice(None))
-    loss, final_state, train_op = train_step(config, args.seed, feed, args.update)
-    summary = timed_steps(args, config, feed, [loss, final_state, train_op])
+    fetches = train_step(config, args.seed, feed, densify if args.update == "dense" else None)
+    summary = timed_steps(args, config, feed, fetches)
     print(json.dumps({**summary, "peak_resident_bytes": harness.peak_resident_bytes()}))
 
 

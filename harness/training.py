@@ -37,6 +37,19 @@ class StepFeed:
         self.step = tf.compat.v1.placeholder(tf.int64, [], "step")
         self.learning_rate = tf.compat.v1.placeholder(tf.float32, [], "learning_rate")
 
+    def loss(self, lm, seed, shard=None):
+        """lm.loss of the global batch's rows `shard` (default: every fed row) at this step, with the step's
+        dropout masks and sampled candidates, both drawn from (seed, step) alone: a row gets the same masks
+        whichever worker computes it. Returns (loss, final_state)."""
+        fed = range(self.config.batch_size)[self.rows]
+        rows = fed if shard is None else range(self.config.batch_size)[shard]
+        inputs, targets, state = self.inputs, self.targets, self.initial_state
+        if rows != fed:  # run.py's emulated workers: a shard of the fed rows
+            local = slice(rows.start - fed.start, rows.stop - fed.start)
+            inputs, targets, state = inputs[local], targets[local], state[:, local]
+        return lm.loss(inputs, targets, state, lm.dropout_masks(seed, self.step, slice(rows.start, rows.stop)),
+                       lm.sampled_candidates(seed, self.step))
+
     def __call__(self, step, state):
         """The feed dict of `step`; `state` is the final state fetched at step - 1 (None at the first step)."""
         inputs, targets = self.batches(step)
