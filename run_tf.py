@@ -139,10 +139,7 @@ class AsynchronousStep:
         with tf.control_dependencies([train_op]):
             applied_step = global_step.assign_add(1)
         self.fetches = [loss, final_state, global_norm, read_step, applied_step]
-        # The variables must be initialised (by the chief) before anyone reads them.
-        started = [gradient_queues.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0")
-                   for r in range(num_workers)]
-        self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
+        self.start, self.wait_for_start = gradient_queues.start_gate(rank, num_workers)
         finished = gradient_queues.queue("finished", [tf.int32], "/job:ps/task:0", capacity=num_workers)
         self.finish_own = finished.enqueue([rank])
         self.wait_for_all = [finished.dequeue() for _ in range(num_workers)]
@@ -212,22 +209,20 @@ class SyncReplicasStep:
         with tf.control_dependencies([train_op]):
             applied_step = global_step.read_value()
         self.fetches = [loss, final_state, global_norm, applied_step]
-        started = [gradient_queues.queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0")
-                   for r in range(num_workers)]
-        self.start, self.wait_for_start = [q.enqueue([0]) for q in started], started[rank].dequeue()
+        self.start, self.wait_for_start = gradient_queues.start_gate(rank, num_workers)
         if self.chief:
             # No initial tokens: every worker waits for the first update, as in SynchronousStep (TF's default,
             # W tokens, lets each worker run a step ahead on stale variables).
             self.init_tokens = self.optimizer.get_init_tokens_op(num_tokens=0)
             self.queue_runner = self.optimizer.get_chief_queue_runner()
-        self.last_applied, self.threads = 0, []
+        self.last_applied = 0
 
     def run(self, cluster, session, step, step_feed):
         if step == 0:
             if self.chief:  # after the chief's initialisation: the tokens, the queue runner, then the workers
                 cluster.run(session, self.init_tokens)
                 self.coordinator = tf.train.Coordinator()
-                self.threads = self.queue_runner.create_threads(session, self.coordinator, daemon=True, start=True)
+                self.queue_runner.create_threads(session, self.coordinator, daemon=True, start=True)
                 cluster.run(session, self.start)
             cluster.run(session, self.wait_for_start, starting=True)
             session.run(tf.compat.v1.local_variables_initializer())

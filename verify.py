@@ -102,12 +102,8 @@ def parse_flags(argv=None):
 
 def command(args, name):
     run = RUNS[name]
-    shared = [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
-              f"--seed={args.seed}", f"--results_dir={args.results_dir}", f"--run_name=verify-{name}",
-              f"--ckpt_dir={os.path.join(args.ckpt_dir, name)}", f"--log_every={args.log_every}",
-              f"--intra_op_threads={args.intra_op_threads}", f"--inter_op_threads={args.inter_op_threads}",
-              *([f"--data_path={args.data_path}"] if args.data_path else []),
-              *run.flags, *args.runner_args.get(name, [])]
+    shared = [*flags.passed_on(args, flags.RUN_FLAGS + ("results_dir", "log_every")), f"--run_name=verify-{name}",
+              f"--ckpt_dir={os.path.join(args.ckpt_dir, name)}", *run.flags, *args.runner_args.get(name, [])]
     if not run.architecture:
         argv = [sys.executable, os.path.join(REPO, "run.py"), f"--emulate_workers={args.workers}", *shared]
         # In a container too: the reference runs on the TensorFlow of the runs it is compared with.
@@ -142,6 +138,8 @@ def train(args, name):
     """Runs `name` and returns what verify records of it, checked to be this run's and finite."""
     argv = command(args, name)
     summary_path = results.summary_path(args.results_dir, f"verify-{name}")
+    if os.path.exists(summary_path):  # the chief removes it too, unless --runner_args sent its outputs elsewhere
+        os.remove(summary_path)
     print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
     started = time.time()
     if subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode:
@@ -152,7 +150,7 @@ def train(args, name):
         summary = results.read_json(summary_path, "summary")
     except results.ResultsError as error:
         raise RunFailed(f"run {name}: {error}")
-    # The chief removed an earlier summary when it started; the checkpoint it names must be new too.
+    # The summary is new (removed above); the checkpoint it names must be too: written since the run started.
     checkpoint = summary["checkpoint"]
     if not os.path.exists(checkpoint + ".index") or os.path.getmtime(checkpoint + ".index") < started - 1:
         raise RunFailed(f"run {name}: the checkpoint {checkpoint} named by {summary_path} is not from this run")

@@ -25,10 +25,7 @@ def main():
                          lower_bound=1, flag_values=parser)
     flags.DEFINE_finite_float("target", 0.97, "the ratio run.py / bare loop must reach", parser)
     args = flags.parse(parser)
-    shared = [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
-              f"--seed={args.seed}", f"--intra_op_threads={args.intra_op_threads}",
-              f"--inter_op_threads={args.inter_op_threads}"] + ([f"--data_path={args.data_path}"]
-                                                                 if args.data_path else [])
+    shared = flags.passed_on(args)
     rounds = []
     with tempfile.TemporaryDirectory() as scratch:
         for i in range(args.rounds):

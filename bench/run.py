@@ -86,11 +86,8 @@ def parse_flags(argv=None):
 
 
 def common_flags(args, run_name):
-    return [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
-            f"--seed={args.seed}", f"--log_every={args.warmup_steps or args.steps}",
-            f"--results_dir={args.runs_dir}", f"--run_name={run_name}",
-            f"--ckpt_dir={os.path.join(args.ckpt_dir, run_name)}",
-            *([f"--data_path={args.data_path}"] if args.data_path else [])]
+    return [*flags.passed_on(args), f"--log_every={args.warmup_steps or args.steps}", f"--results_dir={args.runs_dir}",
+            f"--run_name={run_name}", f"--ckpt_dir={os.path.join(args.ckpt_dir, run_name)}"]
 
 
 def run_quietly(command, what):

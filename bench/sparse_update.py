@@ -96,10 +96,7 @@ def main():
     data.shard(config.batch_size, 0, args.workers)
     if args.update:
         return time_steps(args, config)
-    shared = [f"--config={args.config}", f"--steps={args.steps}", f"--warmup_steps={args.warmup_steps}",
-              f"--seed={args.seed}", f"--intra_op_threads={args.intra_op_threads}",
-              f"--inter_op_threads={args.inter_op_threads}"] + ([f"--data_path={args.data_path}"]
-                                                                 if args.data_path else [])
+    shared = flags.passed_on(args)
     rounds = []
     for i in range(args.rounds):
         outputs, first = in_turn({update: ["-m", "bench.sparse_update", *shared, f"--update={update}"]

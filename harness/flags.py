@@ -69,6 +69,16 @@ def parser(runner, description):
     return p
 
 
+# The shared flags that decide what a run computes and how fast: what a program passes on to the runs it starts.
+RUN_FLAGS = ("config", "steps", "warmup_steps", "seed", "data_path", "intra_op_threads", "inter_op_threads")
+
+
+def passed_on(args, names=RUN_FLAGS):
+    """`args`' values of the flags `names` as command-line flags ("--seed=1"), leaving out those not set (None,
+    ""): how one program passes its flags on to another."""
+    return [f"--{name}={getattr(args, name)}" for name in names if getattr(args, name) not in (None, "")]
+
+
 def model_config(args):
     """The model configuration the flags name: --config's, with --batch_size's batch when given."""
     config = configs.CONFIGS[args.config]

@@ -10,6 +10,13 @@ def queue(name, dtypes, device, capacity=1):
         return tf.queue.FIFOQueue(capacity, dtypes, shared_name=name, name=name.replace("/", "_"))
 
 
+def start_gate(rank, num_workers):
+    """(the chief's ops that open the gate, the op by which worker `rank` waits for it): no worker reads the
+    variables before the chief has initialised them."""
+    started = [queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
+    return [q.enqueue([0]) for q in started], started[rank].dequeue()
+
+
 def collect_gradients(parts, gradients, step, sender, num_senders, collect, device=None):
     """Synchronous collection of exactly one gradient per sender per step, for the variable parts `parts`.
 

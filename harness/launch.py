@@ -246,7 +246,7 @@ def run_job(args, starter):
         raise harness.UsageError(f"host {worker_hosts[0]} (the chief) does not see this working directory "
                                  f"{os.getcwd()}: the results are read back from it, so run from a file system "
                                  f"every host shares")
-    counter = netns.ByteCounter(starter.cluster) if args.net else None
+    counter = starter.byte_counter()
 
     def run(runner_flags, watch=None):
         return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter,

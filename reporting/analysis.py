@@ -64,15 +64,3 @@ def loss_gaps(runs, reference):
     return {run.name: [(r["step"], abs(r["loss"] - reference_loss[r["step"]]))
                        for r in run.steps if r["step"] in reference_loss]
             for run in runs}
-
-
-def ratio_at_largest(points_by_name, winner, other):
-    """words/sec of `winner` over `other` at the largest worker count both were measured at, or None."""
-    common = ({p.workers for p in points_by_name.get(winner, [])}
-              & {p.workers for p in points_by_name.get(other, [])})
-    if not common:
-        return None
-    workers = max(common)
-    value = {name: next(p.words_per_sec for p in points_by_name[name] if p.workers == workers)
-             for name in (winner, other)}
-    return workers, value[winner] / value[other]

@@ -115,8 +115,9 @@ def test_non_finite_parameters_fail_verify(tmp_path, monkeypatch):
     writer = (f"import json, os, numpy as np, tensorflow as tf; v = tf.Variable(np.array([1.0, np.nan], np.float32)); "
               f"os.makedirs('results', exist_ok=True); "
               f"tf.train.Checkpoint(embedding=v).write('{args.ckpt_dir}/tf/model.ckpt-30'); "
-              f"json.dump({{'checkpoint': '{args.ckpt_dir}/tf/model.ckpt-30', 'steps': 30, 'seed': 1, "
-              f"'config': {{'name': 'tiny'}}, 'final_loss': float('nan'), 'throughput': {{}}}}, "
+              f"json.dump({{'runner': 'run_tf', 'checkpoint': '{args.ckpt_dir}/tf/model.ckpt-30', 'steps': 30, "
+              f"'seed': 1, 'config': {{'name': 'tiny'}}, 'final_loss': float('nan'), 'throughput': "
+              f"{{k: 0.0 for k in ('median', 'p16', 'p84', 'mean', 'median_step_seconds', 'measured_steps')}}}}, "
               f"open('results/verify-tf.json', 'w'))")
     monkeypatch.setattr(verify_module, "command", lambda args, name: [sys.executable, "-c", writer])
     with pytest.raises(verify_module.RunFailed, match="run tf diverged: final loss nan, non-finite parameters in "

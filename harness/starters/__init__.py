@@ -8,6 +8,7 @@ or its ssh, srun or docker client), so each is a `local.LocalProcess`, which giv
     stop_all(processes, grace_seconds)   SIGTERM to every process, SIGKILL to what is left after the grace
     free_ports(host, count) -> ports free on `host` now
     shares_workdir(host) -> whether `host` sees this working directory (where the chief writes its results)
+    byte_counter() -> what counts the bytes each machine's link carries, or None (only netns has such links)
     network_interface   the interface Horovod's ranks talk over, or None: the one towards the first worker
     close()             removes what from_flags built; the starter is a context manager that calls it
 

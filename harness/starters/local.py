@@ -38,6 +38,11 @@ class LocalProcess:
     def place(self, num_workers, num_ps):
         return tasks.place(num_workers, num_ps, machines=self.machines)
 
+    def byte_counter(self):
+        """What counts the bytes each machine's link carries (netns.ByteCounter), or None: machines without
+        links of their own."""
+        return None
+
     def start(self, task, stdin=subprocess.DEVNULL):
         return subprocess.Popen(task.argv, env={**os.environ, **task.env}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=stdin, start_new_session=True,

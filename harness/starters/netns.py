@@ -126,8 +126,8 @@ def place(addresses, num_workers, num_ps, separate_ps=False):
 
 
 class EmulatedCluster:
-    """`machines` namespaces joined to a switch by links like `link`. Use as a context manager: it removes
-    what an earlier, killed launcher left, builds the cluster, and removes it again on the way out."""
+    """`machines` namespaces joined to a switch by links like `link`. `build` removes what an earlier, killed
+    launcher left and builds the cluster; `remove` removes it. As a context manager it does both."""
 
     def __init__(self, machines, link):
         self.machines, self.link = machines, link
@@ -137,6 +137,9 @@ class EmulatedCluster:
         self.addresses = machine_addresses(machines)
 
     def __enter__(self):
+        return self.build()
+
+    def build(self):
         if os.geteuid() != 0:
             raise harness.UsageError("--net: an emulated cluster needs root (network namespaces, veth pairs, tc)")
         remove_left_behind()
@@ -251,8 +254,7 @@ class NetnsProcess(LocalProcess):
         with this thread in its switch's namespace."""
         # SIGTERM must unwind like Ctrl-C, through the tasks' stop and the cluster's removal.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        cluster = EmulatedCluster(args.machines + args.ps * args.separate_ps, args.net)
-        cluster.__enter__()
+        cluster = EmulatedCluster(args.machines + args.ps * args.separate_ps, args.net).build()
         try:
             cluster.join_switch()
         except BaseException:
@@ -268,6 +270,9 @@ class NetnsProcess(LocalProcess):
 
     def place(self, num_workers, num_ps):
         return place(self.cluster.addresses, num_workers, num_ps, self.separate_ps)
+
+    def byte_counter(self):
+        return ByteCounter(self.cluster)
 
     def start(self, task, stdin=subprocess.DEVNULL):
         namespace = f"/run/netns/{self.cluster.namespace_of(task.host)}"
