@@ -21,6 +21,8 @@
 #   NET       an emulated cluster: each machine a network namespace, its link shaped to this rate (100mbit,
 #             1gbit; needs root); empty: loopback. DELAY adds latency where the kernel has netem (not here)
 #   ARGS      any other flags, passed through
+#   SAVE_EVERY make run: a checkpoint every this many steps; RESUME=1 continues from the latest complete one
+#             (the distributed runners: not yet, issue 20)
 #   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)
@@ -36,6 +38,8 @@ CKPT_DIR ?=
 NET      ?=
 DELAY    ?=
 ARGS     ?=
+SAVE_EVERY ?=
+RESUME   ?=
 BENCH    ?=
 RESULTS  ?= results
 REPORT   ?= report
@@ -65,7 +69,8 @@ data:
 	$(or $(wildcard $(PYTHON)),python3) scripts/get_data.py --out_dir=data/ptb $(if $(PTB_URL),--url=$(PTB_URL))
 
 run: setup
-	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(ARGS)
+	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) \
+	    $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume) $(ARGS)
 
 # HOSTS=h1:2,h2:2 starts the tasks on those hosts over ssh: the workers fill the slots in order, the
 # parameter servers go round the hosts. The repository, its .venv and the working directory must be at the

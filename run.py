@@ -10,6 +10,7 @@ W = 1 is plain single-device training. `python run.py --help` lists every flag.
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
 from harness import data, determinism, flags, runner_flags, training
+from harness.checkpoints import Checkpoints
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
 import tensorflow as tf
@@ -44,15 +45,18 @@ def main():
     feed = StepFeed(config, batches, rows=slice(None))
     lm, loss, final_state, global_norm, train_op = reference_step(config, args.seed, feed, args.emulate_workers)
     saver = lm.saver()
+    checkpoints = Checkpoints(args, saver, args.emulate_workers, "--emulate_workers")
 
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
-        recorder = Recorder(args, config, "run", args.emulate_workers)
+        first_step, state = checkpoints.restore(session) if args.resume else (0, None)
+        recorder = Recorder(args, config, "run", args.emulate_workers, first_step if args.resume else None)
 
         def run_step(step, state):
             step_loss, state, norm, _ = session.run([loss, final_state, global_norm, train_op], feed(step, state))
             return state, step_loss, config.words_per_batch, {"grad_norm": norm}
-        training.loop(args.steps, run_step, recorder.step)
+        training.loop(args.steps, run_step, recorder.step, first_step, state,
+                      lambda done, state: checkpoints.after_step(session, done, state, args.steps))
         recorder.finish(session, saver)
 
 

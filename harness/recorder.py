@@ -28,18 +28,33 @@ from harness.timer import ThroughputTimer
 
 
 class Recorder:
-    def __init__(self, args, config, runner, num_workers):
+    def __init__(self, args, config, runner, num_workers, resumed_at=None):
+        """`resumed_at`: the step a resumed run continues from; the steps before it stay in the steps log and
+        in the throughput figures, and the warm-up is left out again after the restart."""
         self.args, self.config, self.runner, self.num_workers = args, config, runner, num_workers
+        self.resumed_at = resumed_at
         os.makedirs(args.results_dir, exist_ok=True)
         os.makedirs(args.ckpt_dir, exist_ok=True)
         self.summary_path = results.summary_path(args.results_dir, args.run_name)
-        self.steps_log = open(results.steps_path(args.results_dir, args.run_name), "w")
+        steps_path = results.steps_path(args.results_dir, args.run_name)
+        kept = self._steps_before(steps_path, resumed_at) if resumed_at is not None else []
+        results.write_lines(steps_path, kept, "step")
+        self.steps_log = open(steps_path, "a")
         self.tensorboard = tf.compat.v1.summary.FileWriter(
             os.path.join(args.results_dir, "tensorboard", args.run_name))
         self.timer = ThroughputTimer(args.warmup_steps)
+        for record in kept[args.warmup_steps:]:
+            self.timer.keep(record["seconds"], record["words_per_sec"] * record["seconds"])
         self.last_loss = None
         self.progress_seconds = self.progress_words = 0.0
         self.started = time.time()
+
+    @staticmethod
+    def _steps_before(path, step):
+        """The records of the steps log at `path` of the steps before `step` (a run killed after its last
+        checkpoint logged steps it will train again)."""
+        return [record for _, record in results.read_lines(path, "step") if record["step"] < step] \
+            if os.path.exists(path) else []
 
     def step(self, step, objective, seconds, words, **extra):
         """Records one step. `objective` is model.loss's value for the global batch (cross-entropy summed over
@@ -86,7 +101,8 @@ class Recorder:
             "final_loss": self.last_loss,
             "final_perplexity": _perplexity(self.last_loss),
             "checkpoint": prefix,
-            "wall_seconds": time.time() - self.started,
+            "wall_seconds": time.time() - self.started,  # since the last start
+            "resumed_at_step": self.resumed_at,
             "throughput": throughput,
             "peak_resident_bytes": harness.peak_resident_bytes(),  # this task's (the chief's)
             "environment": environment.describe(self.args, self.config, self.num_workers),
@@ -101,11 +117,12 @@ class Recorder:
 
 
 def remove_stale_outputs(args):
-    """Removes the summary and the checkpoint an earlier run left at this run's paths, so that a run that
-    fails, at start-up or later, leaves nothing that looks finished. Every runner's chief calls it first, once
-    its flags are valid."""
-    for stale in [results.summary_path(args.results_dir, args.run_name), os.path.join(args.ckpt_dir, "checkpoint"),
-                  *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]:
+    """Removes the summary and the checkpoints an earlier run left at this run's paths, so that a run that
+    fails, at start-up or later, leaves nothing that looks finished; a run that resumes (--resume) keeps the
+    checkpoints. Every runner's chief calls it first, once its flags are valid."""
+    checkpoints = [] if getattr(args, "resume", False) else [os.path.join(args.ckpt_dir, "checkpoint"),
+                                                             *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]
+    for stale in [results.summary_path(args.results_dir, args.run_name), *checkpoints]:
         if os.path.isfile(stale):
             os.remove(stale)
 

@@ -13,6 +13,15 @@ import configs
 def reference(parser):
     flags.DEFINE_integer("emulate_workers", 1, "compute each step as this many workers' shards, combined as they "
                          "combine them", lower_bound=1, flag_values=parser)
+    resumable(parser)
+
+
+def resumable(parser):
+    """The flags of periodic checkpoints and resuming (harness/checkpoints.py)."""
+    flags.DEFINE_integer("save_every", 0, "steps between periodic checkpoints (0: only the final one)", lower_bound=0,
+                         flag_values=parser)
+    flags.DEFINE_boolean("resume", False, "continue from the latest complete checkpoint in --ckpt_dir",
+                         flag_values=parser)
 
 
 def check_reference(args):

@@ -44,6 +44,11 @@ class ThroughputTimer:
             self.seconds.append(seconds)
             self.words.append(words)
 
+    def keep(self, seconds, words):
+        """A measured step recorded before a restart: counted, and not part of this start's warm-up."""
+        self.seconds.append(seconds)
+        self.words.append(words)
+
     def summary(self):
         if not self.seconds:
             return None

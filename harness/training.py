@@ -1,5 +1,7 @@
 """The training loop every runner shares, the placeholders of one worker's share of a training step, and what
 to feed them at step t."""
+import os
+import signal
 import time
 
 import numpy as np
@@ -9,17 +11,26 @@ import tensorflow as tf  # noqa: E402
 import configs
 
 
-def loop(steps, run_step, record=None):
-    """Runs `steps` steps: `run_step(step, state)` runs one and returns (the LSTM state to carry into the next,
-    the objective, the words trained, {more to record}); the first step gets state None. `record(step,
-    objective, seconds, words, **more)` (the chief's Recorder.step; None on other tasks) gets each step with
-    the wall time of the whole iteration, the step's session.run and the loop's own work together."""
-    state, clock = None, time.perf_counter()
-    for step in range(steps):
+def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None):
+    """Runs steps `first_step` (a resumed run's) to `steps` - 1: `run_step(step, state)` runs one and returns
+    (the LSTM state to carry into the next, the objective, the words trained, {more to record}); the first
+    step gets `state` (None: zeros). `record(step, objective, seconds, words, **more)` (the chief's
+    Recorder.step; None on other tasks) gets each step with the wall time of the whole iteration, the step's
+    session.run and the loop's own work together; then `after_step(steps done, state)` (periodic checkpoints).
+
+    A task whose environment has FAULT_AT_STEP=N kills itself with SIGKILL as step N begins: the fault
+    tests and `verify --faults` crash a task at a step they choose, not at a moment."""
+    fault_at = int(os.environ.get("FAULT_AT_STEP", -1))
+    clock = time.perf_counter()
+    for step in range(first_step, steps):
+        if step == fault_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         state, objective, words, more = run_step(step, state)
         now = time.perf_counter()
         if record:
             record(step, objective, now - clock, words, **more)
+        if after_step:
+            after_step(step + 1, state)  # a save's time falls in the next step's: throughput shows its cost
         clock = now
 
 

@@ -1,0 +1,88 @@
+"""Periodic checkpoints (--save_every) and resuming from the latest complete one (--resume), so that a run killed
+at any step and resumed ends with exactly the parameters of a run that was never interrupted.
+
+A checkpoint after N steps is three things in the run's checkpoint directory:
+
+    model.ckpt-N.index, .data-*   the variables (accumulators included), by model.py's names (the Saver's)
+    model.ckpt-N.state.npy        the LSTM state carried into step N
+    model.ckpt-N.run.json         N and the flags that shape the run; written last, under a temporary name
+                                  and then renamed: a checkpoint is complete when it exists
+
+Everything else step N depends on comes from (seed, N): the batch (the data position is the step), the
+dropout masks, the sampled candidates and the learning rate. The Saver keeps the last 5 checkpoints; the
+files of the ones it drops go with them. Resuming with a flag that would change the result is one line and
+exit status 2, naming the flag.
+"""
+import glob
+import json
+import os
+
+import numpy as np
+
+from harness import UsageError
+
+# The flags whose values shape what a run computes (those a runner has), and the worker count.
+SHAPING_FLAGS = ("config", "seed", "batch_size", "data_path", "partitions", "partition_strategy", "average_sparse")
+
+
+class Checkpoints:
+    def __init__(self, args, saver, num_workers, workers_flag="--workers"):
+        """`num_workers`: the workers whose shards a step combines, as the flag `workers_flag` gives them."""
+        self.directory, self.save_every, self.saver = args.ckpt_dir, args.save_every, saver
+        self.shape = {flag: getattr(args, flag) for flag in SHAPING_FLAGS if hasattr(args, flag)}
+        self.shape["workers"] = num_workers
+        self.workers_flag = workers_flag
+
+    def prefix(self, steps):
+        return os.path.join(self.directory, f"model.ckpt-{steps}")
+
+    def after_step(self, session, steps_done, state, last_step):
+        """Saves a checkpoint after every --save_every steps, but not after the last step (the final checkpoint
+        is the Recorder's)."""
+        if self.save_every and steps_done % self.save_every == 0 and steps_done < last_step:
+            self.save(session, steps_done, state)
+
+    def save(self, session, steps_done, state):
+        prefix = self.prefix(steps_done)
+        np.save(prefix + ".state.npy", state)
+        self.saver.save(session, os.path.join(self.directory, "model.ckpt"), global_step=steps_done,
+                        write_meta_graph=False)
+        with open(prefix + ".run.json.partial", "w") as f:
+            json.dump({"steps_done": steps_done, **self.shape}, f)
+        os.replace(prefix + ".run.json.partial", prefix + ".run.json")
+        for marker in glob.glob(os.path.join(self.directory, "model.ckpt-*.run.json")):
+            dropped = marker[:-len(".run.json")]
+            if not os.path.exists(dropped + ".index"):  # the Saver dropped it: its other files go too
+                for path in (marker, dropped + ".state.npy"):
+                    os.remove(path)
+
+    def latest(self):
+        """(steps done, its record) of the latest complete checkpoint that can be read, or None."""
+        found = []
+        for marker in glob.glob(os.path.join(self.directory, "model.ckpt-*.run.json")):
+            prefix = marker[:-len(".run.json")]
+            try:
+                with open(marker) as f:
+                    record = json.load(f)
+            except (OSError, ValueError):
+                continue  # unreadable: an earlier one serves
+            if os.path.exists(prefix + ".index") and os.path.exists(prefix + ".state.npy"):
+                found.append((record["steps_done"], record))
+        return max(found, key=lambda item: item[0], default=None)
+
+    def restore(self, session):
+        """Restores the latest complete checkpoint; returns (the step to continue from, the LSTM state to feed
+        it). Raises UsageError when there is none or when a flag differs from the checkpoint's."""
+        latest = self.latest()
+        if latest is None:
+            raise UsageError(f"--resume: no complete checkpoint in {self.directory} (--save_every writes them)")
+        steps_done, record = latest
+        for flag, value in self.shape.items():
+            if record.get(flag) != value:
+                name = self.workers_flag if flag == "workers" else f"--{flag}"
+                raise UsageError(f"--resume: {name}={value}, but the checkpoint after step {steps_done} in "
+                                 f"{self.directory} was written with {record.get(flag)}")
+        prefix = self.prefix(steps_done)
+        self.saver.restore(session, prefix)
+        print(f"resume: from {prefix} (after step {steps_done})", flush=True)
+        return steps_done, np.load(prefix + ".state.npy")

@@ -1,0 +1,79 @@
+"""Periodic checkpoints and --resume (harness/checkpoints.py): a run killed at a step the test picks and resumed
+ends bit for bit where the uninterrupted run ends; what cannot be resumed is refused in one line."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, bit_identical, checkpoint_tensors, read_jsonl, run_script
+
+TINY = ["--config=tiny", "--steps=30", "--warmup_steps=5", "--log_every=10", "--emulate_workers=2"]
+
+
+def run_py(*flags, cwd, fault_at=None):
+    env = {**os.environ, **({"FAULT_AT_STEP": str(fault_at)} if fault_at is not None else {})}
+    return subprocess.run([sys.executable, os.path.join(REPO, "run.py"), *TINY, *flags], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    work = tmp_path_factory.mktemp("uninterrupted")
+    assert run_py("--ckpt_dir=ckpt", cwd=work).returncode == 0
+    return work
+
+
+def killed_at(step, work, save_every=10):
+    """A run killed (SIGKILL) as step `step` begins, with a checkpoint every `save_every` steps."""
+    result = run_py("--ckpt_dir=ckpt", f"--save_every={save_every}", cwd=work, fault_at=step)
+    assert result.returncode == -9, result.stderr
+    assert not (work / "results/run.json").exists()  # nothing looks finished
+
+
+def test_a_run_killed_and_resumed_ends_bit_identical(uninterrupted, tmp_path):
+    killed_at(23, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.run.json")) == ["model.ckpt-10.run.json",
+                                                                               "model.ckpt-20.run.json"]
+    resumed = run_py("--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resume: from ckpt/model.ckpt-20 (after step 20)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert sorted(reference) == sorted(other)
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+    # every step once, in order, with the uninterrupted run's loss; the summary says where it resumed
+    steps, uninterrupted_steps = read_jsonl(tmp_path / "results/run.jsonl"), read_jsonl(uninterrupted / "results/run.jsonl")
+    assert [r["step"] for r in steps] == list(range(30))
+    assert [r["loss"] for r in steps] == [r["loss"] for r in uninterrupted_steps]
+    summary = json.loads((tmp_path / "results/run.json").read_text())
+    assert summary["resumed_at_step"] == 20
+    # measured: steps 5-19 from before the kill, and 25-29 after the restart's own 5 warm-up steps
+    assert summary["throughput"]["measured_steps"] == 15 + 5
+
+
+def test_a_checkpoint_without_its_marker_is_not_used(uninterrupted, tmp_path):
+    """A kill while the checkpoint after step 20 was written: its marker, written last, is missing, and the
+    resumed run starts from the one after step 10, and says so."""
+    killed_at(23, tmp_path)
+    (tmp_path / "ckpt/model.ckpt-20.run.json").unlink()
+    resumed = run_py("--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+
+
+@pytest.mark.parametrize("flags, named", [(["--seed=2"], "--seed=2"), (["--emulate_workers=1"], "--emulate_workers=1"),
+                                          (["--config=small"], "--config=small")])
+def test_resuming_with_a_flag_that_changes_the_result_is_refused(tmp_path, assert_usage_error, flags, named):
+    killed_at(13, tmp_path)
+    result = run_py("--ckpt_dir=ckpt", "--resume", *flags, cwd=tmp_path)
+    assert_usage_error(result, named, "after step 10")
+    assert not (tmp_path / "results/run.json").exists()
+
+
+def test_resuming_without_a_checkpoint_is_refused(tmp_path, assert_usage_error):
+    assert_usage_error(run_script("run.py", *TINY, "--ckpt_dir=nothing_here", "--resume", cwd=tmp_path),
+                       "--resume: no complete checkpoint in nothing_here")
+    assert not (tmp_path / "results").exists()
