@@ -55,8 +55,11 @@ def main():
         def run_step(step, state):
             step_loss, state, norm, _ = session.run([loss, final_state, global_norm, train_op], feed(step, state))
             return state, step_loss, config.words_per_batch, {"grad_norm": norm}
-        training.loop(args.steps, run_step, recorder.step, first_step, state,
-                      lambda done, state: checkpoints.after_step(session, done, state, args.steps))
+
+        def after_step(done, state):
+            if checkpoints.due(done, args.steps):
+                checkpoints.save(session, done, state)
+        training.loop(args.steps, run_step, recorder.step, first_step, state, after_step)
         recorder.finish(session, saver)
 
 

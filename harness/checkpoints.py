@@ -22,7 +22,8 @@ import numpy as np
 from harness import UsageError
 
 # The flags whose values shape what a run computes (those a runner has), and the worker count.
-SHAPING_FLAGS = ("config", "seed", "batch_size", "data_path", "partitions", "partition_strategy", "average_sparse")
+SHAPING_FLAGS = ("config", "seed", "batch_size", "data_path", "partitions", "partition_strategy", "average_sparse",
+                 "local_aggregation", "sparse_as_dense")
 
 
 class Checkpoints:
@@ -36,13 +37,13 @@ class Checkpoints:
     def prefix(self, steps):
         return os.path.join(self.directory, f"model.ckpt-{steps}")
 
-    def after_step(self, session, steps_done, state, last_step):
-        """Saves a checkpoint after every --save_every steps, but not after the last step (the final checkpoint
-        is the Recorder's)."""
-        if self.save_every and steps_done % self.save_every == 0 and steps_done < last_step:
-            self.save(session, steps_done, state)
+    def due(self, steps_done, last_step):
+        """Whether a checkpoint is due after `steps_done` steps: every --save_every steps, but not after the
+        last step (the final checkpoint is the Recorder's)."""
+        return bool(self.save_every) and steps_done % self.save_every == 0 and steps_done < last_step
 
     def save(self, session, steps_done, state):
+        """Writes the checkpoint after `steps_done` steps; `state`: the whole global batch's LSTM state."""
         prefix = self.prefix(steps_done)
         np.save(prefix + ".state.npy", state)
         self.saver.save(session, os.path.join(self.directory, "model.ckpt"), global_step=steps_done,

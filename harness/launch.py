@@ -89,10 +89,11 @@ def with_ports(hosts, starter):
 
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
-           mpi=False):
+           mpi=False, fault=None):
     """Runs one job of `architecture` with its workers and parameter servers on those hosts, started by
     `starter`; returns its exit status and the tasks it ran. With `mpi` (horovod only), one local mpirun
-    starts every rank."""
+    starts every rank. `fault` (task name, step): that task kills itself as that step begins
+    (training.loop's FAULT_AT_STEP)."""
     script = SCRIPTS[architecture]
     if mpi:
         tasks = [Task("mpirun", mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script),
@@ -109,6 +110,9 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
         environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface)
         for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
             task.env.update(environment)
+    for task in tasks:
+        if fault and task.name == fault[0]:
+            task.env["FAULT_AT_STEP"] = str(fault[1])
     try:
         return run_tasks(tasks, starter, watch=watch), tasks
     finally:
@@ -155,9 +159,19 @@ def launcher_flags():
                          "launcher's Gloo rendezvous", flag_values=parser)
     flags.DEFINE_string("docker", None, "IMAGE: every task in a container of its own from this image (make "
                         "docker-build), on a bridge network of the run's own", flag_values=parser)
+    flags.DEFINE_parsed("fault", None, parse_fault, "TASK:STEP, e.g. worker1:17: that worker is killed (SIGKILL, "
+                        "by its own hand) as that step begins, for the resume tests", parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
     return parser
+
+
+def parse_fault(text):
+    """worker<r>:<step> as (task name, step); raises ValueError naming the problem."""
+    task, _, step = text.rpartition(":")
+    if not (task.startswith("worker") and task[len("worker"):].isdigit() and step.isdigit()):
+        raise ValueError(f"expected worker<index>:<step>, such as worker1:17, got {text!r}")
+    return task, int(step)
 
 
 def parse_flags(argv):
@@ -174,6 +188,8 @@ def parse_flags(argv):
     for flag in ("delay", "separate_ps"):
         if getattr(args, flag) and not args.net:
             raise harness.UsageError(f"--{flag}: only with --net")
+    if args.fault and int(args.fault[0][len("worker"):]) >= args.workers:
+        raise harness.UsageError(f"--fault={args.fault[0]}:{args.fault[1]}: there are {args.workers} workers")
     if args.mpi and args.architecture != "horovod":
         raise harness.UsageError("--mpi: only for horovod")
     if args.delay:
@@ -250,7 +266,7 @@ def run_job(args, starter):
 
     def run(runner_flags, watch=None):
         return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter,
-                      args.network_interface or starter.network_interface, watch, args.mpi)
+                      args.network_interface or starter.network_interface, watch, args.mpi, args.fault)
     if args.search:
         def trial(n):
             name = f"partition-search-{n}"

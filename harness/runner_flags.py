@@ -83,6 +83,7 @@ def check_parameter_servers(args):
 def horovod(parser):
     flags.DEFINE_boolean("sparse_as_dense", False, "densify every sparse gradient (the embedding's, and the "
                          "sampled softmax's) and allreduce it instead of allgathering its rows", flag_values=parser)
+    resumable(parser)
 
 
 def hybrid(parser):

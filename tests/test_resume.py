@@ -77,3 +77,31 @@ def test_resuming_without_a_checkpoint_is_refused(tmp_path, assert_usage_error):
     assert_usage_error(run_script("run.py", *TINY, "--ckpt_dir=nothing_here", "--resume", cwd=tmp_path),
                        "--resume: no complete checkpoint in nothing_here")
     assert not (tmp_path / "results").exists()
+
+
+def launch(architecture, *flags, cwd, launcher_flags=()):
+    return subprocess.run([sys.executable, "-m", "harness.launch", architecture, "--workers=2", *launcher_flags,
+                           "--", *[f for f in TINY if not f.startswith("--emulate_workers")], *flags],
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_horovod_killed_in_one_worker_and_resumed_ends_as_the_reference(uninterrupted, tmp_path):
+    """worker1 is killed as step 17 begins; the launcher stops the job; resumed, every rank starts from rank
+    0's checkpoint after step 10 (its variables, every worker's rows of the LSTM state) and the run ends bit
+    for bit as run.py's two emulated workers end."""
+    killed = launch("horovod", "--ckpt_dir=ckpt", "--save_every=10", cwd=tmp_path, launcher_flags=["--fault=worker1:17"])
+    assert killed.returncode == 1 and "worker1" in killed.stderr, killed.stdout + killed.stderr
+    assert not (tmp_path / "results/run_horovod.json").exists()
+    resumed = launch("horovod", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+    assert [r["step"] for r in read_jsonl(tmp_path / "results/run_horovod.jsonl")] == list(range(30))
+
+
+@pytest.mark.parametrize("fault, named", [("ps0:3", "--fault=ps0:3"), ("worker2:3", "there are 2 workers"),
+                                          ("worker1", "--fault=worker1")])
+def test_a_bad_fault_is_one_line_and_exit_2(tmp_path, assert_usage_error, fault, named):
+    assert_usage_error(launch("horovod", cwd=tmp_path, launcher_flags=[f"--fault={fault}"]), named)
