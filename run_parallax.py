@@ -24,6 +24,7 @@ gradients into queues on the machine's first worker, which sums them and sends o
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
 from harness import data, flags, gradient_queues, grpc_cluster, placement, runner_flags, training
+from harness.checkpoints import Checkpoints
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
 import tensorflow as tf
@@ -143,27 +144,41 @@ def train(args, config, cluster, lm, kinds, hybrid, feed, num_workers):
     chief = args.task_index == 0
     done = grpc_cluster.run_over(len(args.ps_hosts))
     saver = lm.saver()
+    checkpoints = Checkpoints(args, saver, num_workers)
+    carried = gradient_queues.CarriedState(args.task_index, num_workers, feed.state_shape)
     replicated = lm.state([name for name in lm.variables if kinds[name] == "dense"])  # with their accumulators
     if chief:
         placement.print_placement("run_parallax", lm, kinds)
 
     with cluster.session(tf.compat.v1.get_default_graph(), hybrid.peers) as session:
         session.run(tf.compat.v1.variables_initializer(replicated))
-        session.run(hvd.broadcast_variables(replicated, root_rank=0))  # Parallax: rank 0's dense values
+        first_step, state = 0, None
         if chief:  # the first run waits for the parameter servers to come up
             cluster.run(session, tf.compat.v1.variables_initializer(
                 lm.state([name for name in lm.variables if kinds[name] == "sparse"])), starting=True)
+            if args.resume:
+                first_step, state = checkpoints.restore(session)
+        session.run(hvd.broadcast_variables(replicated, root_rank=0))  # Parallax: rank 0's dense values
+        if args.resume:  # every worker continues from the chief's step, with its rows of the state
+            first_step, state = carried.share(cluster, session, first_step, state)
+        if chief:
             cluster.run(session, hybrid.start)
-            recorder = Recorder(args, config, "run_parallax", num_workers)
+            recorder = Recorder(args, config, "run_parallax", num_workers, first_step if args.resume else None)
         cluster.run(session, hybrid.wait_for_start, starting=True)
 
         def run_step(step, state):
             step_loss, state, norm, _, *rows = cluster.run(session, hybrid.fetches, feed(step, state),
-                                                           starting=step == 0)
+                                                           starting=step == first_step)
             # Only the chief fetches the rows the parameter servers received, and only the chief records.
             return state, step_loss, config.words_per_batch, (
                 {"grad_norm": norm, "sparse_rows_received": rows[0]} if chief else {})
-        training.loop(args.steps, run_step, recorder.step if chief else None)
+
+        def after_step(done, state):
+            if checkpoints.due(done, args.steps):
+                everyone = carried.gather(cluster, session, state)  # every worker's rows, to the chief
+                if chief:
+                    checkpoints.save(session, done, everyone)
+        training.loop(args.steps, run_step, recorder.step if chief else None, first_step, state, after_step)
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
                             partition_strategy=args.partition_strategy, average_sparse=args.average_sparse,

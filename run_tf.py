@@ -27,6 +27,7 @@ SynchronousStep does), but a fast worker may still take a slow one's token and g
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
 from harness import data, flags, gradient_queues, grpc_cluster, placement, runner_flags, training
+from harness.checkpoints import Checkpoints
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
 import numpy as np
@@ -63,18 +64,31 @@ def main():
                                batches.epoch_size)
     done = grpc_cluster.run_over(len(args.ps_hosts))
     saver = lm.saver()
+    checkpoints = Checkpoints(args, saver, num_workers)
+    carried = gradient_queues.CarriedState(rank, num_workers, feed.state_shape)  # PS: the states, for checkpoints
     if chief:
         placement.print_placement("run_tf", lm, placement.gradient_kinds(lm.variables, gradients))
 
     with cluster.session(tf.compat.v1.get_default_graph(), ["/job:ps"]) as session:
+        first_step, state = 0, None
         if chief:  # the first run waits for the parameter servers to come up
             cluster.run(session, tf.compat.v1.global_variables_initializer(), starting=True)
-            recorder = Recorder(args, config, "run_tf", num_workers)
+            if args.resume:
+                first_step, state = checkpoints.restore(session)
+            recorder = Recorder(args, config, "run_tf", num_workers, first_step if args.resume else None)
+        if args.resume:  # PS: every worker continues from the chief's step, with its rows of the state
+            first_step, state = carried.share(cluster, session, first_step, state)
 
         def run_step(step, state):
             step_loss, state, norm, words = step_graph.run(cluster, session, step, feed(step, state))
             return state, step_loss, words, {"grad_norm": norm}
-        training.loop(args.steps, run_step, recorder.step if chief else None)
+
+        def after_step(done, state):
+            if checkpoints.due(done, args.steps):
+                everyone = carried.gather(cluster, session, state)  # PS: every worker's rows, to the chief
+                if chief:
+                    checkpoints.save(session, done, everyone)
+        training.loop(args.steps, run_step, recorder.step if chief else None, first_step, state, after_step)
         summary = step_graph.finish(cluster, session)
         if chief:
             recorder.finish(session, saver, parameter_servers=len(args.ps_hosts), partitions=args.partitions,
@@ -96,7 +110,7 @@ class SynchronousStep:
         token_queues = [gradient_queues.queue(f"token/worker{r}", [tf.int64], "/job:ps/task:0")
                         for r in range(num_workers)]
         self.send = send + [loss_queues[rank].enqueue([feed.step, loss])]
-        self.wait_for_update = token_queues[rank].dequeue()
+        self.wait_for_update, self.started = token_queues[rank].dequeue(), False
         if self.chief:
             # PS: each part's average is computed on its parameter server, next to its queues and its variable,
             # so gradients do not travel to the chief and back.
@@ -112,9 +126,10 @@ class SynchronousStep:
             self.start = [q.enqueue([0]) for q in token_queues]
 
     def run(self, cluster, session, step, step_feed):
-        if self.chief and step == 0:
+        first, self.started = not self.started, True  # (a resumed run's first step is not step 0)
+        if self.chief and first:
             cluster.run(session, self.start)
-        cluster.run(session, self.wait_for_update, starting=step == 0)
+        cluster.run(session, self.wait_for_update, starting=first)
         _, state = cluster.run(session, [self.send, self.final_state], step_feed)
         if not self.chief:
             return None, state, None, None

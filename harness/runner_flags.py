@@ -72,11 +72,15 @@ def parameter_servers(parser):
     flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
     flags.DEFINE_boolean("sync_replicas", False, "synchronous with TensorFlow's own SyncReplicasOptimizer "
                          "(not exact: for make bench, not verify)", flag_values=parser)
+    resumable(parser)
 
 
 def check_parameter_servers(args):
     if args.sync_replicas and not args.sync:
         raise UsageError("--sync_replicas: it is synchronous, not with --sync=false")
+    if args.resume and (args.sync_replicas or not args.sync):
+        raise UsageError("--resume: only our synchronous protocol resumes so far, not --sync=false or "
+                         "--sync_replicas")
     check_cluster(args)
 
 
@@ -88,6 +92,7 @@ def horovod(parser):
 
 def hybrid(parser):
     cluster(parser)
+    resumable(parser)
     flags.DEFINE_boolean("average_sparse", True, "average the sparse gradients over workers (default) or sum "
                          "them, as Parallax does by default", flag_values=parser)
     flags.DEFINE_boolean("local_aggregation", False, "the workers of one machine (one host of --worker_hosts) sum "

@@ -105,3 +105,33 @@ def test_horovod_killed_in_one_worker_and_resumed_ends_as_the_reference(uninterr
                                           ("worker1", "--fault=worker1")])
 def test_a_bad_fault_is_one_line_and_exit_2(tmp_path, assert_usage_error, fault, named):
     assert_usage_error(launch("horovod", cwd=tmp_path, launcher_flags=[f"--fault={fault}"]), named)
+
+
+def test_parameter_servers_killed_in_one_worker_and_resumed_end_as_the_reference(uninterrupted, tmp_path):
+    """The same for run_tf.py (two parameter servers): the chief gathers the workers' states through queues
+    on the first server for its checkpoints, and hands each its rows on resume."""
+    ps = ["--ps=2"]
+    killed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", cwd=tmp_path, launcher_flags=[*ps, "--fault=worker1:24"])
+    assert killed.returncode == 1 and "worker1" in killed.stderr, killed.stdout + killed.stderr
+    resumed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path, launcher_flags=ps)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resume: from ckpt/model.ckpt-20 (after step 20)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+
+
+def test_the_hybrid_killed_in_one_worker_and_resumed_ends_as_the_reference(uninterrupted, tmp_path):
+    """The same for run_parallax.py: the chief restores its dense replicas, which Horovod broadcasts as at the
+    start, and the sparse variables on the parameter servers."""
+    killed = launch("parallax", "--ckpt_dir=ckpt", "--save_every=10", cwd=tmp_path,
+                    launcher_flags=["--fault=worker0:12"])
+    assert killed.returncode == 1 and "worker0" in killed.stderr, killed.stdout + killed.stderr
+    resumed = launch("parallax", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+
+
+def test_asynchronous_parameter_servers_do_not_resume_yet(tmp_path, assert_usage_error):
+    assert_usage_error(launch("tf", "--resume", "--sync=false", cwd=tmp_path), "--resume", "--sync=false")
