@@ -22,7 +22,7 @@
 #             1gbit; needs root); empty: loopback. DELAY adds latency where the kernel has netem (not here)
 #   ARGS      any other flags, passed through
 #   SAVE_EVERY make run: a checkpoint every this many steps; RESUME=1 continues from the latest complete one
-#             (the distributed runners: not yet, issue 20)
+#             (the distributed runners: ARGS="--save_every=N --resume")
 #   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)

@@ -3,6 +3,7 @@ the launcher reads an event instead of scraping a progress line whose wording ma
 
     @event {"event": "measured_steps_begin", "after_step": 50}   the timer's measured steps start now
     @event {"event": "measured_steps_end", "after_step": 300}    the last step is done
+    @event {"event": "progress", "steps_done": 120}             with every progress line (--log_every)
 """
 import json
 

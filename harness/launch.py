@@ -19,12 +19,13 @@ under harness/starters/, are described there; with --mpi, one local mpirun task 
 """
 import dataclasses
 import os
+import re
 import socket
 import sys
 
 import harness
 from harness import data, flags, partition_search, results, runner_flags
-from harness.tasks import Task, run_tasks
+from harness.tasks import Fault, Task, run_tasks
 from harness.experiments import SCRIPTS
 from harness.starters import docker, mpirun, netns
 from harness.starters.local import LocalProcess
@@ -89,11 +90,10 @@ def with_ports(hosts, starter):
 
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
-           mpi=False, fault=None):
+           mpi=False):
     """Runs one job of `architecture` with its workers and parameter servers on those hosts, started by
     `starter`; returns its exit status and the tasks it ran. With `mpi` (horovod only), one local mpirun
-    starts every rank. `fault` (task name, step): that task kills itself as that step begins
-    (training.loop's FAULT_AT_STEP)."""
+    starts every rank."""
     script = SCRIPTS[architecture]
     if mpi:
         tasks = [Task("mpirun", mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script),
@@ -110,9 +110,6 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
         environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface)
         for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
             task.env.update(environment)
-    for task in tasks:
-        if fault and task.name == fault[0]:
-            task.env["FAULT_AT_STEP"] = str(fault[1])
     try:
         return run_tasks(tasks, starter, watch=watch), tasks
     finally:
@@ -159,19 +156,20 @@ def launcher_flags():
                          "launcher's Gloo rendezvous", flag_values=parser)
     flags.DEFINE_string("docker", None, "IMAGE: every task in a container of its own from this image (make "
                         "docker-build), on a bridge network of the run's own", flag_values=parser)
-    flags.DEFINE_parsed("fault", None, parse_fault, "TASK:STEP, e.g. worker1:17: that worker is killed (SIGKILL, "
-                        "by its own hand) as that step begins, for the resume tests", parser)
+    flags.DEFINE_parsed("fault", None, parse_fault, "TASK:STEP, e.g. ps0:17: the launcher kills that task "
+                        "(SIGKILL) once the chief has announced that many steps done (every --log_every steps): "
+                        "the resume tests' and verify --faults' failure", parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
     return parser
 
 
 def parse_fault(text):
-    """worker<r>:<step> as (task name, step); raises ValueError naming the problem."""
-    task, _, step = text.rpartition(":")
-    if not (task.startswith("worker") and task[len("worker"):].isdigit() and step.isdigit()):
-        raise ValueError(f"expected worker<index>:<step>, such as worker1:17, got {text!r}")
-    return task, int(step)
+    """worker<r>:<step> or ps<p>:<step> as a Fault; raises ValueError naming the problem."""
+    match = re.fullmatch(r"((?:worker|ps)\d+):(\d+)", text)
+    if not match:
+        raise ValueError(f"expected TASK:STEP, such as worker1:17 or ps0:17, got {text!r}")
+    return Fault(match[1], int(match[2]))
 
 
 def parse_flags(argv):
@@ -188,8 +186,12 @@ def parse_flags(argv):
     for flag in ("delay", "separate_ps"):
         if getattr(args, flag) and not args.net:
             raise harness.UsageError(f"--{flag}: only with --net")
-    if args.fault and int(args.fault[0][len("worker"):]) >= args.workers:
-        raise harness.UsageError(f"--fault={args.fault[0]}:{args.fault[1]}: there are {args.workers} workers")
+    if args.fault:
+        tasks = [f"worker{w}" for w in range(args.workers)] + (
+            [f"ps{p}" for p in range(args.ps)] if args.architecture != "horovod" else [])
+        if args.fault.task not in tasks or args.mpi:
+            raise harness.UsageError(f"--fault={args.fault.task}:{args.fault.after_step}: no such task of this "
+                                     f"run ({', '.join(tasks) if not args.mpi else 'mpirun starts the ranks'})")
     if args.mpi and args.architecture != "horovod":
         raise harness.UsageError("--mpi: only for horovod")
     if args.delay:
@@ -266,7 +268,7 @@ def run_job(args, starter):
 
     def run(runner_flags, watch=None):
         return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter,
-                      args.network_interface or starter.network_interface, watch, args.mpi, args.fault)
+                      args.network_interface or starter.network_interface, watch, args.mpi)
     if args.search:
         def trial(n):
             name = f"partition-search-{n}"
@@ -279,7 +281,8 @@ def run_job(args, starter):
         best = partition_search.search(trial, runner_args.results_dir,
                                        min(64, flags.model_config(runner_args).vocab_size))
         runner_flags = runner_flags + [f"--partitions={best}"]
-    status, tasks = run(runner_flags, counter and counter.watch)
+    watches = [watcher.watch for watcher in (counter, args.fault) if watcher]
+    status, tasks = run(runner_flags, lambda *seen: [watch(*seen) for watch in watches])
     if counter and status == 0:
         results.write_json(results.network_path(runner_args.results_dir, runner_args.run_name),
                            counter.result(tasks))

@@ -78,6 +78,7 @@ class Recorder:
                 tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]), step)
             self.steps_log.flush()
             self.progress_seconds = self.progress_words = 0.0
+            events.announce("progress", steps_done=step + 1)  # the launcher's faults act on it (tasks.Fault)
         # The launcher's byte counters read the links at these two points (netns.ByteCounter).
         if step + 1 == max(self.args.warmup_steps, 1):
             events.announce("measured_steps_begin", after_step=step + 1)

@@ -5,13 +5,17 @@ decides the hosts of a run's tasks on hosts with slots or on this machine's loop
 (harness/starters/) is how to start one. `run_tasks` starts every task of a run with one starter,
 prefixes each line of their output with the task's name, reads their exit statuses and, when one fails or the
 user presses Ctrl-C, stops the others: a dead task takes the whole run down at once, with a message naming it.
+A Fault kills one task on purpose, at a step chosen in advance (the resume tests, verify --faults).
 """
 import dataclasses
+import os
+import signal
 import sys
 import threading
 import time
 
 import harness
+from harness import events
 
 @dataclasses.dataclass
 class Task:
@@ -37,10 +41,30 @@ def place(num_workers, num_ps, hosts=None, machines=1):
     return slots[:num_workers], [hosts[i % len(hosts)][0] for i in range(num_ps)]
 
 
-def _copy_output(name, stream, lock, watch):
+@dataclasses.dataclass
+class Fault:
+    """Kills task `task` ("ps0", "worker1") with SIGKILL to its process group, a crash rather than a stop, once
+    the chief announces (events "progress", every --log_every steps) that at least `after_step` steps are
+    done: the failure of a resume test or of verify --faults, at a step chosen in advance."""
+    task: str
+    after_step: int
+    done: bool = False
+
+    def watch(self, name, line, running):
+        event = events.parse(line) if name == "worker0" else None
+        if self.done or not event or event["event"] != "progress" or event["steps_done"] < self.after_step:
+            return
+        self.done = True
+        print(f"launch: fault: killing {self.task} after step {event['steps_done']}", file=sys.stderr, flush=True)
+        victim = running.get(self.task)
+        if victim:
+            os.killpg(victim.pid, signal.SIGKILL)
+
+
+def _copy_output(name, stream, lock, watch, running):
     for line in stream:
         if watch:
-            watch(name, line)
+            watch(name, line, running)
         with lock:
             sys.stdout.write(f"[{name}] {line}")
             sys.stdout.flush()
@@ -49,14 +73,15 @@ def _copy_output(name, stream, lock, watch):
 def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None):
     """Runs `tasks` to the end. Returns 0 when all succeed; otherwise names the first task that failed, stops
     the others and returns its exit status (2 stays 2: bad input; anything else becomes 1). Ctrl-C stops
-    every task and returns 130. `watch(task name, line)`, if given, sees every line of output as it comes."""
+    every task and returns 130. `watch(task name, line, {task name: its process})`, if given, sees every line of
+    output as it comes."""
     lock = threading.Lock()
     running, readers = {}, []
     try:
         for task in tasks:
             process = starter.start(task)
             running[task.name] = process
-            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock, watch),
+            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock, watch, running),
                                       daemon=True)
             reader.start()
             readers.append(reader)

@@ -1,7 +1,5 @@
 """The training loop every runner shares, the placeholders of one worker's share of a training step, and what
 to feed them at step t."""
-import os
-import signal
 import time
 
 import numpy as np
@@ -16,15 +14,9 @@ def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None
     (the LSTM state to carry into the next, the objective, the words trained, {more to record}); the first
     step gets `state` (None: zeros). `record(step, objective, seconds, words, **more)` (the chief's
     Recorder.step; None on other tasks) gets each step with the wall time of the whole iteration, the step's
-    session.run and the loop's own work together; then `after_step(steps done, state)` (periodic checkpoints).
-
-    A task whose environment has FAULT_AT_STEP=N kills itself with SIGKILL as step N begins: the fault
-    tests and `verify --faults` crash a task at a step they choose, not at a moment."""
-    fault_at = int(os.environ.get("FAULT_AT_STEP", -1))
+    session.run and the loop's own work together; then `after_step(steps done, state)` (periodic checkpoints)."""
     clock = time.perf_counter()
     for step in range(first_step, steps):
-        if step == fault_at:
-            os.kill(os.getpid(), signal.SIGKILL)
         state, objective, words, more = run_step(step, state)
         now = time.perf_counter()
         if record:

@@ -12,10 +12,23 @@ from conftest import REPO, bit_identical, checkpoint_tensors, read_jsonl, run_sc
 TINY = ["--config=tiny", "--steps=30", "--warmup_steps=5", "--log_every=10", "--emulate_workers=2"]
 
 
-def run_py(*flags, cwd, fault_at=None):
-    env = {**os.environ, **({"FAULT_AT_STEP": str(fault_at)} if fault_at is not None else {})}
-    return subprocess.run([sys.executable, os.path.join(REPO, "run.py"), *TINY, *flags], cwd=cwd, env=env,
+def run_py(*flags, cwd):
+    return subprocess.run([sys.executable, os.path.join(REPO, "run.py"), *TINY, *flags], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
+
+
+def killed_after(steps_done, work, save_every=10):
+    """run.py with a checkpoint every `save_every` steps, killed (SIGKILL) as soon as it announces
+    `steps_done` steps done (an @event line, every step here), as the launcher's --fault kills a task."""
+    run = subprocess.Popen([sys.executable, os.path.join(REPO, "run.py"), *TINY, "--log_every=1",
+                            "--ckpt_dir=ckpt", f"--save_every={save_every}"], cwd=work, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    for line in run.stdout:
+        if line.startswith("@event ") and json.loads(line[len("@event "):]).get("steps_done") == steps_done:
+            run.kill()
+            break
+    assert run.wait(timeout=60) == -9
+    assert not (work / "results/run.json").exists()  # nothing looks finished
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +38,8 @@ def uninterrupted(tmp_path_factory):
     return work
 
 
-def killed_at(step, work, save_every=10):
-    """A run killed (SIGKILL) as step `step` begins, with a checkpoint every `save_every` steps."""
-    result = run_py("--ckpt_dir=ckpt", f"--save_every={save_every}", cwd=work, fault_at=step)
-    assert result.returncode == -9, result.stderr
-    assert not (work / "results/run.json").exists()  # nothing looks finished
-
-
 def test_a_run_killed_and_resumed_ends_bit_identical(uninterrupted, tmp_path):
-    killed_at(23, tmp_path)
+    killed_after(23, tmp_path)
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.run.json")) == ["model.ckpt-10.run.json",
                                                                                "model.ckpt-20.run.json"]
     resumed = run_py("--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
@@ -55,7 +61,7 @@ def test_a_run_killed_and_resumed_ends_bit_identical(uninterrupted, tmp_path):
 def test_a_checkpoint_without_its_marker_is_not_used(uninterrupted, tmp_path):
     """A kill while the checkpoint after step 20 was written: its marker, written last, is missing, and the
     resumed run starts from the one after step 10, and says so."""
-    killed_at(23, tmp_path)
+    killed_after(23, tmp_path)
     (tmp_path / "ckpt/model.ckpt-20.run.json").unlink()
     resumed = run_py("--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -67,7 +73,7 @@ def test_a_checkpoint_without_its_marker_is_not_used(uninterrupted, tmp_path):
 @pytest.mark.parametrize("flags, named", [(["--seed=2"], "--seed=2"), (["--emulate_workers=1"], "--emulate_workers=1"),
                                           (["--config=small"], "--config=small")])
 def test_resuming_with_a_flag_that_changes_the_result_is_refused(tmp_path, assert_usage_error, flags, named):
-    killed_at(13, tmp_path)
+    killed_after(13, tmp_path)
     result = run_py("--ckpt_dir=ckpt", "--resume", *flags, cwd=tmp_path)
     assert_usage_error(result, named, "after step 10")
     assert not (tmp_path / "results/run.json").exists()
@@ -87,11 +93,12 @@ def launch(architecture, *flags, cwd, launcher_flags=()):
 
 
 def test_horovod_killed_in_one_worker_and_resumed_ends_as_the_reference(uninterrupted, tmp_path):
-    """worker1 is killed as step 17 begins; the launcher stops the job; resumed, every rank starts from rank
+    """The launcher kills worker1 after step 17; resumed, every rank starts from rank
     0's checkpoint after step 10 (its variables, every worker's rows of the LSTM state) and the run ends bit
     for bit as run.py's two emulated workers end."""
-    killed = launch("horovod", "--ckpt_dir=ckpt", "--save_every=10", cwd=tmp_path, launcher_flags=["--fault=worker1:17"])
-    assert killed.returncode == 1 and "worker1" in killed.stderr, killed.stdout + killed.stderr
+    killed = launch("horovod", "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=tmp_path,
+                    launcher_flags=["--fault=worker1:17"])
+    assert killed.returncode == 1 and "task worker1 was killed by signal 9" in killed.stderr, killed.stderr
     assert not (tmp_path / "results/run_horovod.json").exists()
     resumed = launch("horovod", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -101,18 +108,20 @@ def test_horovod_killed_in_one_worker_and_resumed_ends_as_the_reference(uninterr
     assert [r["step"] for r in read_jsonl(tmp_path / "results/run_horovod.jsonl")] == list(range(30))
 
 
-@pytest.mark.parametrize("fault, named", [("ps0:3", "--fault=ps0:3"), ("worker2:3", "there are 2 workers"),
+@pytest.mark.parametrize("fault, named", [("ps0:3", "--fault=ps0:3: no such task"),
+                                          ("worker2:3", "--fault=worker2:3: no such task"),
                                           ("worker1", "--fault=worker1")])
 def test_a_bad_fault_is_one_line_and_exit_2(tmp_path, assert_usage_error, fault, named):
     assert_usage_error(launch("horovod", cwd=tmp_path, launcher_flags=[f"--fault={fault}"]), named)
 
 
 def test_parameter_servers_killed_in_one_worker_and_resumed_end_as_the_reference(uninterrupted, tmp_path):
-    """The same for run_tf.py (two parameter servers): the chief gathers the workers' states through queues
-    on the first server for its checkpoints, and hands each its rows on resume."""
+    """The same for run_tf.py, with the second of two parameter servers killed: the chief gathers the workers'
+    states through queues on the first server for its checkpoints, and hands each its rows on resume."""
     ps = ["--ps=2"]
-    killed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", cwd=tmp_path, launcher_flags=[*ps, "--fault=worker1:24"])
-    assert killed.returncode == 1 and "worker1" in killed.stderr, killed.stdout + killed.stderr
+    killed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=tmp_path,
+                    launcher_flags=[*ps, "--fault=ps1:24"])
+    assert killed.returncode == 1 and "task ps1 was killed by signal 9" in killed.stderr, killed.stderr
     resumed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path, launcher_flags=ps)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "resume: from ckpt/model.ckpt-20 (after step 20)" in resumed.stdout
@@ -123,9 +132,9 @@ def test_parameter_servers_killed_in_one_worker_and_resumed_end_as_the_reference
 def test_the_hybrid_killed_in_one_worker_and_resumed_ends_as_the_reference(uninterrupted, tmp_path):
     """The same for run_parallax.py: the chief restores its dense replicas, which Horovod broadcasts as at the
     start, and the sparse variables on the parameter servers."""
-    killed = launch("parallax", "--ckpt_dir=ckpt", "--save_every=10", cwd=tmp_path,
+    killed = launch("parallax", "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=tmp_path,
                     launcher_flags=["--fault=worker0:12"])
-    assert killed.returncode == 1 and "worker0" in killed.stderr, killed.stdout + killed.stderr
+    assert killed.returncode == 1 and "task worker0 was killed by signal 9" in killed.stderr, killed.stderr
     resumed = launch("parallax", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout

@@ -304,7 +304,7 @@ class ByteCounter:
         self.cluster = cluster
         self.samples = {}  # step: counters
 
-    def watch(self, task, line):
+    def watch(self, task, line, running):
         event = events.parse(line) if task == "worker0" else None
         if event and event["event"] in ("measured_steps_begin", "measured_steps_end"):
             self.samples[event["after_step"]] = (time.monotonic(), self.cluster.counters())
