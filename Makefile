@@ -21,8 +21,9 @@
 #   NET       an emulated cluster: each machine a network namespace, its link shaped to this rate (100mbit,
 #             1gbit; needs root); empty: loopback. DELAY adds latency where the kernel has netem (not here)
 #   ARGS      any other flags, passed through
-#   SAVE_EVERY make run: a checkpoint every this many steps; RESUME=1 continues from the latest complete one
-#             (the distributed runners: ARGS="--save_every=N --resume")
+#   FAULTS    make verify FAULTS=1: also kill a task of tf, horovod and parallax and resume each (verify.py)
+#   SAVE_EVERY a checkpoint every this many steps; RESUME=1 continues from the latest complete one (run
+#             targets; not asynchronous PS)
 #   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)
@@ -40,6 +41,7 @@ DELAY    ?=
 ARGS     ?=
 SAVE_EVERY ?=
 RESUME   ?=
+FAULTS   ?=
 BENCH    ?=
 RESULTS  ?= results
 REPORT   ?= report
@@ -53,6 +55,7 @@ PYTHON := .venv/bin/python
 RUN_FLAGS = --config=$(CONFIG) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=$(SEED) \
             $(if $(DATA),--data_path=$(DATA))
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
+RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume)
 
 .PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead report clean
 
@@ -69,8 +72,7 @@ data:
 	$(or $(wildcard $(PYTHON)),python3) scripts/get_data.py --out_dir=data/ptb $(if $(PTB_URL),--url=$(PTB_URL))
 
 run: setup
-	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) \
-	    $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume) $(ARGS)
+	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(RESUME_FLAGS) $(ARGS)
 
 # HOSTS=h1:2,h2:2 starts the tasks on those hosts over ssh: the workers fill the slots in order, the
 # parameter servers go round the hosts. The repository, its .venv and the working directory must be at the
@@ -79,21 +81,23 @@ LAUNCH = $(PYTHON) -m harness.launch $(1) --workers=$(WORKERS) $(if $(HOSTS),--h
          $(if $(NET),--net=$(NET)) $(if $(DELAY),--delay=$(DELAY))
 
 run-tf: setup
-	$(call LAUNCH,tf) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(ARGS)
+	$(call LAUNCH,tf) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_tf) $(RESUME_FLAGS) $(ARGS)
 
 # MPI=1: mpirun starts the ranks (Horovod's MPI controller; setup builds Horovod with MPI when OpenMPI is
 # installed), through the launcher like every other run: launch --mpi.
 run-horovod: setup
-	$(call LAUNCH,horovod) $(if $(filter 1,$(MPI)),--mpi) -- $(RUN_FLAGS) $(call ckpt_dir,run_horovod) $(ARGS)
+	$(call LAUNCH,horovod) $(if $(filter 1,$(MPI)),--mpi) -- $(RUN_FLAGS) $(call ckpt_dir,run_horovod) \
+	    $(RESUME_FLAGS) $(ARGS)
 
 run-parallax: setup
-	$(call LAUNCH,parallax) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_parallax) $(ARGS)
+	$(call LAUNCH,parallax) --ps=$(PS) -- $(RUN_FLAGS) $(call ckpt_dir,run_parallax) $(RESUME_FLAGS) $(ARGS)
 
 # The main job: every architecture trains the same model (verify.py). Without STEPS=, 60 steps: about
 # 5 minutes for the small config on 2 cores.
 verify: setup
 	$(PYTHON) verify.py $(subst --steps=$(STEPS),--steps=$(VERIFY_STEPS),$(RUN_FLAGS)) --workers=$(WORKERS) \
-	    --ps=$(PS) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(ARGS)
+	    --ps=$(PS) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
+	    $(if $(filter 1,$(FAULTS)),--faults) $(ARGS)
 
 # The architectures on an emulated cluster (bench/run.py): NET (default 100mbit) per machine link, one worker
 # and one parameter server per machine; results/bench.jsonl and a table. BENCH=quick: a few minutes.

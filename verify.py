@@ -23,6 +23,11 @@ and the table names that cause. --match=identical or --match=tolerance overrides
 output says so. Exit status 0 only when every synchronous run passes; 1 when one does not, when a run fails,
 or when a run's loss or parameters are not finite; 2 on bad input, found before the first run starts.
 
+--faults (make verify FAULTS=1) adds tf-fault, horovod-fault and parallax-fault: each of those runs once more
+with periodic checkpoints, the launcher kills one of its tasks (a parameter server, a worker, the chief) at a
+step drawn from the seed, and the run is resumed (--resume); it must then match the reference as the
+uninterrupted run does. This is the fault test to run on your own cluster.
+
 --runner_args NAME=FLAGS adds flags to one run, for negative controls: "parallax=--average_sparse=false" (sums
 instead of averaging) or "horovod=--seed=2" must fail, naming the variables that differ.
 """
@@ -32,6 +37,8 @@ import shlex
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 import harness
 from harness import experiments, flags, launch, results, runner_flags
@@ -66,6 +73,10 @@ def parse_flags(argv=None):
     flags.DEFINE_list("runs", experiments.VERIFIED, "which runs, comma-separated (default: all)", flag_values=parser)
     flags.DEFINE_multi_string("runner_args", [], "NAME=FLAGS: extra flags for one run, e.g. "
                               "parallax=--average_sparse=false", flag_values=parser)
+    flags.DEFINE_boolean("faults", False, "also run tf, horovod and parallax once more each (of those in --runs), "
+                         "killing a task at a step drawn from the seed (a parameter server, a worker, the chief) "
+                         "and resuming from the periodic checkpoints: each must match the reference as the "
+                         "uninterrupted runs do", flag_values=parser)
     args = flags.parse(parser, argv)
     unknown = [name for name in args.runs if name not in experiments.VERIFIED]
     repeated = sorted({name for name in args.runs if args.runs.count(name) > 1})
@@ -83,6 +94,9 @@ def parse_flags(argv=None):
             raise harness.UsageError(f"--runner_args: {name!r} is not one of the runs ({', '.join(args.runs)})")
         extra[name] = extra.get(name, []) + shlex.split(value)
     args.runner_args = extra
+    if args.faults and args.steps < 4:
+        raise harness.UsageError(f"--faults: --steps={args.steps} leaves no step between two checkpoints to kill at")
+    args.runs += [name for name in experiments.FAULTED if args.faults and name.removesuffix("-fault") in args.runs]
     if args.docker and (args.hosts or args.slurm):
         raise harness.UsageError("--docker: not with --hosts or --slurm (each task is a machine of its own)")
     if args.docker:
@@ -100,10 +114,26 @@ def parse_flags(argv=None):
     return args
 
 
-def command(args, name):
+def fault_plan(args, name):
+    """(checkpoint interval, the step after which the fault run's task is killed): a step drawn from the seed
+    that is not a checkpoint's, after the first checkpoint."""
+    save_every = max(2, args.steps // 3)
+    step = int(np.random.default_rng([args.seed, experiments.FAULTED.index(name)]).integers(save_every + 1,
+                                                                                           args.steps))
+    return save_every, step - 1 if step % save_every == 0 else step
+
+
+def command(args, name, resume=False):
+    """The command of run `name`; for a fault run, the one that kills its task, or with `resume` the one that
+    resumes it."""
     run = RUNS[name]
     shared = [*flags.passed_on(args, flags.RUN_FLAGS + ("results_dir", "log_every")), f"--run_name=verify-{name}",
               f"--ckpt_dir={os.path.join(args.ckpt_dir, name)}", *run.flags, *args.runner_args.get(name, [])]
+    fault = []
+    if run.fault:
+        save_every, step = fault_plan(args, name)
+        shared += [f"--save_every={save_every}", "--log_every=1"] + (["--resume"] if resume else [])
+        fault = [] if resume else [f"--fault={run.fault}:{step}"]
     if not run.architecture:
         argv = [sys.executable, os.path.join(REPO, "run.py"), f"--emulate_workers={args.workers}", *shared]
         # In a container too: the reference runs on the TensorFlow of the runs it is compared with.
@@ -114,8 +144,8 @@ def command(args, name):
     ssh_config = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []
     slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
     containers = [f"--docker={args.docker}"] if args.docker else []
-    return [sys.executable, "-m", "harness.launch", run.architecture, f"--workers={args.workers}", f"--ps={args.ps}", *hosts,
-            *ssh_config, *slurm, *containers, "--", *shared]
+    return [sys.executable, "-m", "harness.launch", run.architecture, f"--workers={args.workers}",
+            f"--ps={args.ps}", *hosts, *ssh_config, *slurm, *containers, *fault, "--", *shared]
 
 
 def check_run_flags(args, name):
@@ -140,8 +170,14 @@ def train(args, name):
     summary_path = results.summary_path(args.results_dir, f"verify-{name}")
     if os.path.exists(summary_path):  # the chief removes it too, unless --runner_args sent its outputs elsewhere
         os.remove(summary_path)
-    print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
     started = time.time()
+    if RUNS[name].fault:
+        print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
+        status = subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode
+        if status != 1:
+            raise RunFailed(f"run {name}: the run with {RUNS[name].fault} killed exited {status}, not 1")
+        argv = command(args, name, resume=True)
+    print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
     if subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode:
         raise RunFailed(f"run {name} failed")
     if not os.path.exists(summary_path):
@@ -159,7 +195,9 @@ def train(args, name):
         raise RunFailed(f"run {name} diverged: final loss {summary['final_loss']}, non-finite parameters in "
                         f"{', '.join(non_finite) or 'none'}")
     return {"name": name, "expected": RUNS[name].verify, "command": argv, "checkpoint": checkpoint,
-            "final_loss": summary["final_loss"], "throughput": summary["throughput"]}
+            "final_loss": summary["final_loss"], "throughput": summary["throughput"],
+            **({"fault": {"task": RUNS[name].fault, "killed_after_step": fault_plan(args, name)[1],
+                          "resumed_at_step": summary["resumed_at_step"]}} if RUNS[name].fault else {})}
 
 
 def judge(args, a, b, result):
@@ -236,6 +274,10 @@ def report(args, runs, pairs, passed):
     for r in runs:
         t = r["throughput"]
         print(f"  {r['name']:14s} {t['median']:10,.0f}  [{t['p16']:,.0f}, {t['p84']:,.0f}]")
+    for r in runs:
+        if "fault" in r:
+            print(f"  {r['name']}: {r['fault']['task']} killed after step {r['fault']['killed_after_step']}, "
+                  f"the run resumed from its checkpoint after step {r['fault']['resumed_at_step']}")
     print(f"\nverify: {'PASSED' if passed else 'FAILED'}: every synchronous run "
           f"{'matches' if passed else 'must match'} the reference ({rule})")
 

@@ -10,6 +10,8 @@ with the flags that make it this variant, plus what the tools around it need to 
     verify    how its final checkpoint relates to the reference's (verify.py): "reference", "identical" (must
               match bit for bit at W <= 2), "different" (asynchronous: expected to differ); None: not a verify run
     rounding  why it may differ from the reference by rounding with more than 2 workers; None: it may not
+    fault     the task `verify --faults` kills in this run ("ps0", "worker1") before resuming it from its
+              periodic checkpoints; None: an ordinary run. Fault runs are verify's only: not swept by bench
 """
 import dataclasses
 
@@ -29,6 +31,7 @@ class Run:
     verify: str
     rounding: str
     colour: str              # one per run in every plot; variants are shades of their architecture's hue
+    fault: str = None
 
     @property
     def script(self):
@@ -48,9 +51,16 @@ RUNS = {run.name: run for run in [
     # TensorFlow's SyncReplicasOptimizer: synchronous, but a fast worker can fill a step's quota twice, so it
     # is not exact and verify does not run it.
     Run("tf-replicas", "TF-PS SyncReplicasOptimizer", "tf", ("--sync_replicas",), "ps", None, None, "#08519c"),
+    # verify --faults: one run of each architecture once more, a task killed and the run resumed.
+    Run("tf-fault", "TF-PS, a parameter server killed", "tf", (), "ps", "identical", None, "#6baed6", "ps0"),
+    Run("horovod-fault", "Horovod, a worker killed", "horovod", (), "allreduce", "identical", RING_ORDER,
+        "#e7969c", "worker1"),
+    Run("parallax-fault", "Parallax hybrid, the chief killed", "parallax", (), "hybrid", "identical", RING_ORDER,
+        "#74c476", "worker0"),
 ]}
 
-VERIFIED = [name for name, run in RUNS.items() if run.verify]
-DISTRIBUTED = [name for name, run in RUNS.items() if run.architecture]
+FAULTED = [name for name, run in RUNS.items() if run.fault]
+VERIFIED = [name for name, run in RUNS.items() if run.verify and not run.fault]
+DISTRIBUTED = [name for name, run in RUNS.items() if run.architecture and not run.fault]
 # The runs whose every step is one synchronous step of the global batch: what the traffic model's bound is of.
-SYNCHRONOUS = [name for name, run in RUNS.items() if run.verify == "identical"]
+SYNCHRONOUS = [name for name, run in RUNS.items() if run.verify == "identical" and not run.fault]

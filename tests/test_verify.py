@@ -36,6 +36,24 @@ def test_every_synchronous_architecture_trains_the_reference_model(tmp_path):
         assert run["throughput"] == summary["throughput"] and run["final_loss"] == summary["final_loss"]
 
 
+def test_faults_kill_a_task_of_each_architecture_and_the_resumed_runs_match(tmp_path):
+    """verify --faults: a parameter server of tf, a worker of horovod and the chief of parallax are killed at
+    steps drawn from the seed, each run is resumed from its checkpoints, and each matches the reference."""
+    result = verify("--runs=reference,tf,horovod,parallax", "--faults", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "results/verify.json").read_text())
+    faults = {run["name"]: run["fault"] for run in report["runs"] if "fault" in run}
+    assert {name: fault["task"] for name, fault in faults.items()} == {
+        "tf-fault": "ps0", "horovod-fault": "worker1", "parallax-fault": "worker0"}
+    for name, fault in faults.items():
+        # killed after a step that is no checkpoint's, resumed from the last checkpoint before it (every 10)
+        assert 10 < fault["killed_after_step"] < 30 and fault["killed_after_step"] % 10
+        assert fault["resumed_at_step"] == fault["killed_after_step"] // 10 * 10
+        assert f"launch: fault: killing {fault['task']} after step {fault['killed_after_step']}" in result.stderr
+    pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
+    assert all(pairs["reference", name]["identical"] for name in faults)
+
+
 @pytest.mark.parametrize("control, run", [("--average_sparse=false", "parallax"), ("--seed=2", "horovod")])
 def test_negative_controls_are_caught_and_reported_by_variable(tmp_path, control, run):
     """Summing instead of averaging, or another seed, must fail verify and name the variables."""
@@ -63,6 +81,7 @@ def test_negative_controls_are_caught_and_reported_by_variable(tmp_path, control
     (["--workers=3"], "3 workers do not divide the global batch of 4 rows"),
     (["--runner_args=horovod=--no_such_flag"], "run horovod: --no_such_flag: no such flag"),
     (["--runner_args=tf=--sync=maybe"], "run tf: --sync=maybe"),
+    (["--faults", "--steps=3", "--warmup_steps=1"], "--faults: --steps=3"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_run(tmp_path, assert_usage_error, flags, named):
     result = verify(*flags, cwd=tmp_path)
