@@ -96,7 +96,9 @@ def parse_flags(argv=None):
     args.runner_args = extra
     if args.faults and args.steps < 4:
         raise harness.UsageError(f"--faults: --steps={args.steps} leaves no step between two checkpoints to kill at")
-    args.runs += [name for name in experiments.FAULTED if args.faults and name.removesuffix("-fault") in args.runs]
+    # (a new list: the flag's default is the registry's own)
+    args.runs = args.runs + [name for name in experiments.FAULTED
+                             if args.faults and name.removesuffix("-fault") in args.runs]
     if args.docker and (args.hosts or args.slurm):
         raise harness.UsageError("--docker: not with --hosts or --slurm (each task is a machine of its own)")
     if args.docker:
