@@ -16,10 +16,13 @@ exit status 2, naming the flag.
 import glob
 import json
 import os
+import time
 
 import numpy as np
 
 from harness import UsageError
+from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+import tensorflow as tf  # noqa: E402
 
 # The flags whose values shape what a run computes (those a runner has), and the worker count.
 SHAPING_FLAGS = ("config", "seed", "batch_size", "data_path", "partitions", "partition_strategy", "average_sparse",
@@ -43,22 +46,31 @@ class Checkpoints:
         return bool(self.save_every) and steps_done % self.save_every == 0 and steps_done < last_step
 
     def save(self, session, steps_done, state):
-        """Writes the checkpoint after `steps_done` steps; `state`: the whole global batch's LSTM state."""
-        prefix = self.prefix(steps_done)
-        np.save(prefix + ".state.npy", state)
-        self.saver.save(session, os.path.join(self.directory, "model.ckpt"), global_step=steps_done,
-                        write_meta_graph=False)
-        with open(prefix + ".run.json.partial", "w") as f:
-            json.dump({"steps_done": steps_done, **self.shape}, f)
-        os.replace(prefix + ".run.json.partial", prefix + ".run.json")
+        """Writes the checkpoint after `steps_done` steps; `state`: the whole global batch's LSTM state. A write
+        that fails (a full disk) ends the run with one line; the checkpoints before stay usable."""
+        prefix, started = self.prefix(steps_done), time.perf_counter()
+        try:
+            np.save(prefix + ".state.npy", state)
+            self.saver.save(session, os.path.join(self.directory, "model.ckpt"), global_step=steps_done,
+                            write_meta_graph=False)
+            with open(prefix + ".run.json.partial", "w") as f:
+                json.dump({"steps_done": steps_done, **self.shape}, f)
+            os.replace(prefix + ".run.json.partial", prefix + ".run.json")
+        except (OSError, tf.errors.OpError) as error:
+            latest = self.complete()
+            raise SystemExit(f"checkpoint: cannot write {prefix} ({_why(error)}); the latest complete one is "
+                             f"{self.prefix(latest[0][0]) if latest else 'none'}")
+        size = sum(os.path.getsize(path) for path in glob.glob(prefix + ".*"))
+        print(f"checkpoint: {prefix} after step {steps_done}: {size / 1e6:.2f} MB in "
+              f"{time.perf_counter() - started:.3f} s", flush=True)
         for marker in glob.glob(os.path.join(self.directory, "model.ckpt-*.run.json")):
             dropped = marker[:-len(".run.json")]
             if not os.path.exists(dropped + ".index"):  # the Saver dropped it: its other files go too
                 for path in (marker, dropped + ".state.npy"):
                     os.remove(path)
 
-    def latest(self):
-        """(steps done, its record) of the latest complete checkpoint that can be read, or None."""
+    def complete(self):
+        """[(steps done, its record)] of every complete checkpoint whose marker can be read, newest first."""
         found = []
         for marker in glob.glob(os.path.join(self.directory, "model.ckpt-*.run.json")):
             prefix = marker[:-len(".run.json")]
@@ -69,21 +81,35 @@ class Checkpoints:
                 continue  # unreadable: an earlier one serves
             if os.path.exists(prefix + ".index") and os.path.exists(prefix + ".state.npy"):
                 found.append((record["steps_done"], record))
-        return max(found, key=lambda item: item[0], default=None)
+        return sorted(found, key=lambda item: -item[0])
 
     def restore(self, session):
-        """Restores the latest complete checkpoint; returns (the step to continue from, the LSTM state to feed
-        it). Raises UsageError when there is none or when a flag differs from the checkpoint's."""
-        latest = self.latest()
-        if latest is None:
+        """Restores the latest complete checkpoint that can be read (saying which, and why a newer one could
+        not); returns (the step to continue from, the LSTM state to feed it). Raises UsageError when there is
+        none, or when a flag differs from the checkpoints'."""
+        candidates = self.complete()
+        if not candidates:
             raise UsageError(f"--resume: no complete checkpoint in {self.directory} (--save_every writes them)")
-        steps_done, record = latest
+        steps_done, record = candidates[0]
         for flag, value in self.shape.items():
             if record.get(flag) != value:
                 name = self.workers_flag if flag == "workers" else f"--{flag}"
                 raise UsageError(f"--resume: {name}={value}, but the checkpoint after step {steps_done} in "
                                  f"{self.directory} was written with {record.get(flag)}")
-        prefix = self.prefix(steps_done)
-        self.saver.restore(session, prefix)
-        print(f"resume: from {prefix} (after step {steps_done})", flush=True)
-        return steps_done, np.load(prefix + ".state.npy")
+        for steps_done, _ in candidates:
+            prefix = self.prefix(steps_done)
+            try:
+                self.saver.restore(session, prefix)
+                state = np.load(prefix + ".state.npy")
+            except (OSError, ValueError, tf.errors.OpError) as error:
+                print(f"resume: {prefix} cannot be read ({_why(error)}); trying an earlier one", flush=True)
+                continue
+            print(f"resume: from {prefix} (after step {steps_done})", flush=True)
+            return steps_done, state
+        raise UsageError(f"--resume: no checkpoint in {self.directory} can be read")
+
+
+def _why(error):
+    """An error's own message, on one line (TensorFlow's str() adds the stack of the op's definition)."""
+    message = error.message if isinstance(error, tf.errors.OpError) else str(error)
+    return " ".join(message.split())[:300]

@@ -2,6 +2,7 @@
 ends bit for bit where the uninterrupted run ends; what cannot be resumed is refused in one line."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -66,6 +67,45 @@ def test_a_checkpoint_without_its_marker_is_not_used(uninterrupted, tmp_path):
     resumed = run_py("--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+
+
+def test_an_unreadable_checkpoint_is_passed_over_and_named(uninterrupted, tmp_path):
+    killed_after(23, tmp_path)
+    (tmp_path / "ckpt/model.ckpt-20.index").write_bytes(b"not a checkpoint index")
+    resumed = run_py("--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resume: ckpt/model.ckpt-20 cannot be read" in resumed.stdout
+    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of 100 KiB: one of tiny's checkpoints (45 KB of variables, 57 KB in pages) fits, a second
+    does not."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "small_disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=100k", "tmpfs", str(disk)], check=True)
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_full_disk_ends_the_run_in_one_line_and_the_checkpoints_before_serve(uninterrupted, tmp_path,
+                                                                               small_disk):
+    full = run_py(f"--ckpt_dir={small_disk}", "--save_every=5", cwd=tmp_path)
+    assert full.returncode == 1
+    assert f"checkpoint: cannot write {small_disk}/model.ckpt-10" in full.stderr, full.stderr
+    assert f"the latest complete one is {small_disk}/model.ckpt-5" in full.stderr
+    assert "Traceback" not in full.stderr
+    shutil.copytree(small_disk, tmp_path / "ckpt")  # room again
+    resumed = run_py("--ckpt_dir=ckpt", "--save_every=5", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resume: from ckpt/model.ckpt-5 (after step 5)" in resumed.stdout
     reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
     assert all(bit_identical(reference[name], other[name]) for name in reference)
 
