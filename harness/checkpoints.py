@@ -21,8 +21,6 @@ import time
 import numpy as np
 
 from harness import UsageError
-from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
-import tensorflow as tf  # noqa: E402
 
 # The flags whose values shape what a run computes (those a runner has), and the worker count.
 SHAPING_FLAGS = ("config", "seed", "batch_size", "data_path", "partitions", "partition_strategy", "average_sparse",
@@ -30,6 +28,9 @@ SHAPING_FLAGS = ("config", "seed", "batch_size", "data_path", "partitions", "par
 
 
 class Checkpoints:
+    """A run's checkpoints. Without TensorFlow (saver None, as the launcher builds it) it can only say
+    whether the run can resume (`resumable`); a runner's, with its Saver, saves and restores."""
+
     def __init__(self, args, saver, num_workers, workers_flag="--workers"):
         """`num_workers`: the workers whose shards a step combines, as the flag `workers_flag` gives them."""
         self.directory, self.save_every, self.saver = args.ckpt_dir, args.save_every, saver
@@ -48,6 +49,7 @@ class Checkpoints:
     def save(self, session, steps_done, state):
         """Writes the checkpoint after `steps_done` steps; `state`: the whole global batch's LSTM state. A write
         that fails (a full disk) ends the run with one line; the checkpoints before stay usable."""
+        import tensorflow as tf  # (the runner has loaded it)
         prefix, started = self.prefix(steps_done), time.perf_counter()
         try:
             np.save(prefix + ".state.npy", state)
@@ -83,10 +85,9 @@ class Checkpoints:
                 found.append((record["steps_done"], record))
         return sorted(found, key=lambda item: -item[0])
 
-    def restore(self, session):
-        """Restores the latest complete checkpoint that can be read (saying which, and why a newer one could
-        not); returns (the step to continue from, the LSTM state to feed it). Raises UsageError when there is
-        none, or when a flag differs from the checkpoints'."""
+    def resumable(self):
+        """The complete checkpoints, newest first, after checking that there is one and that the newest was
+        written with this run's flags; raises UsageError naming what is wrong."""
         candidates = self.complete()
         if not candidates:
             raise UsageError(f"--resume: no complete checkpoint in {self.directory} (--save_every writes them)")
@@ -96,7 +97,14 @@ class Checkpoints:
                 name = self.workers_flag if flag == "workers" else f"--{flag}"
                 raise UsageError(f"--resume: {name}={value}, but the checkpoint after step {steps_done} in "
                                  f"{self.directory} was written with {record.get(flag)}")
-        for steps_done, _ in candidates:
+        return candidates
+
+    def restore(self, session):
+        """Restores the latest complete checkpoint that can be read (saying which, and why a newer one could
+        not); returns (the step to continue from, the LSTM state to feed it). Raises UsageError when there is
+        none, or when a flag differs from the checkpoints'."""
+        import tensorflow as tf  # (the runner has loaded it)
+        for steps_done, _ in self.resumable():
             prefix = self.prefix(steps_done)
             try:
                 self.saver.restore(session, prefix)
@@ -111,5 +119,5 @@ class Checkpoints:
 
 def _why(error):
     """An error's own message, on one line (TensorFlow's str() adds the stack of the op's definition)."""
-    message = error.message if isinstance(error, tf.errors.OpError) else str(error)
+    message = getattr(error, "message", None) or str(error)  # OpError.message: without that stack
     return " ".join(message.split())[:300]

@@ -25,6 +25,7 @@ import sys
 
 import harness
 from harness import data, flags, partition_search, results, runner_flags
+from harness.checkpoints import Checkpoints
 from harness.tasks import Fault, Task, run_tasks
 from harness.experiments import SCRIPTS
 from harness.starters import docker, mpirun, netns
@@ -212,6 +213,9 @@ def parse_flags(argv):
     args.runner_args = runner_flags.parse(SCRIPTS[args.architecture][:-3], "", args.runner_flags + (
         cluster_flags if args.architecture != "horovod" else []))
     data.shard(flags.model_config(args.runner_args).batch_size, 0, args.workers)
+    if getattr(args.runner_args, "resume", False) and not (args.hosts or args.slurm or args.docker):
+        # The chief's checkpoints are on this machine: what keeps the run from resuming is said now, once.
+        Checkpoints(args.runner_args, None, args.workers).resumable()
     if args.docker:
         docker.check(args.docker, [args.runner_args.data_path, args.runner_args.ckpt_dir,
                                    args.runner_args.results_dir])

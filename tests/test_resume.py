@@ -184,3 +184,24 @@ def test_the_hybrid_killed_in_one_worker_and_resumed_ends_as_the_reference(unint
 
 def test_asynchronous_parameter_servers_do_not_resume_yet(tmp_path, assert_usage_error):
     assert_usage_error(launch("tf", "--resume", "--sync=false", cwd=tmp_path), "--resume", "--sync=false")
+
+
+def test_the_launcher_refuses_to_resume_before_any_task_starts(tmp_path, assert_usage_error):
+    result = launch("tf", "--ckpt_dir=nothing_here", "--resume", cwd=tmp_path)
+    assert_usage_error(result, "--resume: no complete checkpoint in nothing_here")
+    assert "[worker0]" not in result.stdout
+
+
+def test_parameter_servers_at_four_workers_resume_bit_identical(tmp_path):
+    """Our synchronous protocol sums the workers' gradients in worker order at any W: killed and resumed at
+    W = 4, run_tf.py still ends exactly as run.py's four emulated workers."""
+    four = [f for f in TINY if not f.startswith("--emulate_workers")]
+    reference = run_script("run.py", *four, "--emulate_workers=4", "--ckpt_dir=reference", cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr
+    tf_flags = ["--ckpt_dir=ckpt", "--save_every=10", "--log_every=1"]
+    killed = launch("tf", *tf_flags, cwd=tmp_path, launcher_flags=["--workers=4", "--fault=worker3:15"])
+    assert killed.returncode == 1 and "task worker3 was killed by signal 9" in killed.stderr, killed.stderr
+    resumed = launch("tf", *tf_flags, "--resume", cwd=tmp_path, launcher_flags=["--workers=4"])
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    expected, other = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(expected[name], other[name]) for name in expected)
