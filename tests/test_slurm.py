@@ -134,3 +134,23 @@ def test_verify_slurm_outside_an_allocation_is_one_line_and_exit_2(tmp_path, ass
     result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--slurm"],
                             cwd=tmp_path, capture_output=True, text=True)
     assert_usage_error(result, "--slurm: not inside a Slurm allocation")
+
+
+def test_a_requeued_job_resumes_from_its_checkpoint_and_ends_as_the_reference(slurm, tmp_path):
+    """scontrol requeue, as a preemption or a lost node does it: the template runs again with
+    SLURM_RESTART_COUNT=1, resumes from the latest checkpoint, and ends bit for bit as the reference."""
+    steps = "--config=tiny --steps=40 --warmup_steps=5 --log_every=1"
+    train_reference(steps.split(), 2, "reference", tmp_path)
+    job = submit("run_tf.sbatch", slurm, tmp_path, f"{steps} --ckpt_dir=requeued --run_name=requeued",
+                 SAVE_EVERY="10")
+    output = tmp_path / f"{job}.out"
+    while not (output.exists() and " step 15/" in output.read_text()):
+        assert job_state(job, slurm)[0] in ("PENDING", "RUNNING"), output.read_text()
+        time.sleep(0.5)
+    subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)
+    state = wait_for_end(job, slurm, 400)
+    log = output.read_text()
+    assert state == ("COMPLETED", "0:0"), log
+    assert "resume: from requeued/model.ckpt-" in log and "step 40/40" in log
+    expected, trained = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "requeued")
+    assert [n for n in expected if not bit_identical(expected[n], trained[n])] == []
