@@ -78,22 +78,7 @@ def parse_flags(argv=None):
                          "and resuming from the periodic checkpoints: each must match the reference as the "
                          "uninterrupted runs do", flag_values=parser)
     args = flags.parse(parser, argv)
-    unknown = [name for name in args.runs if name not in experiments.VERIFIED]
-    repeated = sorted({name for name in args.runs if args.runs.count(name) > 1})
-    if unknown or repeated or "reference" not in args.runs:
-        why = (f"unknown {', '.join(unknown)}" if unknown else f"{', '.join(repeated)} named twice" if repeated
-               else "no reference")
-        raise harness.UsageError(f"--runs: {why}; name each of {', '.join(experiments.VERIFIED)} at most once, reference included")
-    if not set(args.runs) & set(experiments.SYNCHRONOUS):
-        raise harness.UsageError(f"--runs: no synchronous run to verify (of {', '.join(args.runs)}); name at least "
-                                 f"one of {', '.join(experiments.SYNCHRONOUS)}")
-    extra = {}
-    for item in args.runner_args:
-        name, _, value = item.partition("=")
-        if name not in args.runs:
-            raise harness.UsageError(f"--runner_args: {name!r} is not one of the runs ({', '.join(args.runs)})")
-        extra[name] = extra.get(name, []) + shlex.split(value)
-    args.runner_args = extra
+    args.runs, args.runner_args = checked_runs(args.runs, args.runner_args)
     if args.faults and args.steps < 4:
         raise harness.UsageError(f"--faults: --steps={args.steps} leaves no step between two checkpoints to kill at")
     # (a new list: the flag's default is the registry's own)
@@ -114,6 +99,27 @@ def parse_flags(argv=None):
                                      f"{os.getcwd()}, where verify reads the runs' results: run from a file "
                                      f"system every host shares")
     return args
+
+
+def checked_runs(runs, runner_args):
+    """--runs, checked, and --runner_args as {run: [flags]}; raises UsageError naming what is wrong."""
+    unknown = [name for name in runs if name not in experiments.VERIFIED]
+    repeated = sorted({name for name in runs if runs.count(name) > 1})
+    if unknown or repeated or "reference" not in runs:
+        why = (f"unknown {', '.join(unknown)}" if unknown else f"{', '.join(repeated)} named twice" if repeated
+               else "no reference")
+        raise harness.UsageError(f"--runs: {why}; name each of {', '.join(experiments.VERIFIED)} at most once, "
+                                 f"reference included")
+    if not set(runs) & set(experiments.SYNCHRONOUS):
+        raise harness.UsageError(f"--runs: no synchronous run to verify (of {', '.join(runs)}); name at least "
+                                 f"one of {', '.join(experiments.SYNCHRONOUS)}")
+    extra = {}
+    for item in runner_args:
+        name, _, value = item.partition("=")
+        if name not in runs:
+            raise harness.UsageError(f"--runner_args: {name!r} is not one of the runs ({', '.join(runs)})")
+        extra[name] = extra.get(name, []) + shlex.split(value)
+    return runs, extra
 
 
 def fault_plan(args, name):
