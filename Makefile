@@ -23,7 +23,7 @@
 #   ARGS      any other flags, passed through
 #   FAULTS    make verify FAULTS=1: also kill a task of tf, horovod and parallax and resume each (verify.py)
 #   SAVE_EVERY a checkpoint every this many steps; RESUME=1 continues from the latest complete one (run
-#             targets; not asynchronous PS)
+#             targets)
 #   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)

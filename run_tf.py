@@ -158,10 +158,11 @@ class AsynchronousStep:
         finished = gradient_queues.queue("finished", [tf.int32], "/job:ps/task:0", capacity=num_workers)
         self.finish_own = finished.enqueue([rank])
         self.wait_for_all = [finished.dequeue() for _ in range(num_workers)]
-        self.staleness, self.last_applied = [], 0
+        self.staleness, self.last_applied, self.started = [], 0, False
 
     def run(self, cluster, session, step, step_feed):
-        if step == 0:
+        if not self.started:  # (a resumed run's first step is not step 0)
+            self.started = True
             if self.chief:
                 cluster.run(session, self.start)
             cluster.run(session, self.wait_for_start, starting=True)

@@ -78,9 +78,8 @@ def parameter_servers(parser):
 def check_parameter_servers(args):
     if args.sync_replicas and not args.sync:
         raise UsageError("--sync_replicas: it is synchronous, not with --sync=false")
-    if args.resume and (args.sync_replicas or not args.sync):
-        raise UsageError("--resume: only our synchronous protocol resumes so far, not --sync=false or "
-                         "--sync_replicas")
+    if args.resume and args.sync_replicas:
+        raise UsageError("--resume: not with --sync_replicas (its accumulators and tokens are not checkpointed)")
     check_cluster(args)
 
 

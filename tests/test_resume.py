@@ -182,8 +182,21 @@ def test_the_hybrid_killed_in_one_worker_and_resumed_ends_as_the_reference(unint
     assert all(bit_identical(reference[name], other[name]) for name in reference)
 
 
-def test_asynchronous_parameter_servers_do_not_resume_yet(tmp_path, assert_usage_error):
-    assert_usage_error(launch("tf", "--resume", "--sync=false", cwd=tmp_path), "--resume", "--sync=false")
+def test_asynchronous_parameter_servers_resume_and_train_on(tmp_path):
+    """Asynchronous updates are not exact by nature: a resumed run continues from the checkpoint and trains
+    to the end, every step logged once, but is not compared with anything."""
+    async_flags = ["--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", "--sync=false"]
+    killed = launch("tf", *async_flags, cwd=tmp_path, launcher_flags=["--fault=worker1:15"])
+    assert killed.returncode == 1, killed.stderr
+    resumed = launch("tf", *async_flags, "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    assert [r["step"] for r in read_jsonl(tmp_path / "results/run_tf.jsonl")] == list(range(30))
+    assert json.loads((tmp_path / "results/run_tf.json").read_text())["resumed_at_step"] == 10
+
+
+def test_sync_replicas_does_not_resume(tmp_path, assert_usage_error):
+    assert_usage_error(launch("tf", "--resume", "--sync_replicas", cwd=tmp_path), "--resume", "--sync_replicas")
 
 
 def test_the_launcher_refuses_to_resume_before_any_task_starts(tmp_path, assert_usage_error):
