@@ -190,9 +190,10 @@ def test_asynchronous_parameter_servers_resume_and_train_on(tmp_path):
     assert killed.returncode == 1, killed.stderr
     resumed = launch("tf", *async_flags, "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    # the chief may reach the next checkpoint before the launcher stops it (a worker runs ahead unwaited)
+    resumed_at = json.loads((tmp_path / "results/run_tf.json").read_text())["resumed_at_step"]
+    assert resumed_at in (10, 20) and f"resume: from ckpt/model.ckpt-{resumed_at} " in resumed.stdout
     assert [r["step"] for r in read_jsonl(tmp_path / "results/run_tf.jsonl")] == list(range(30))
-    assert json.loads((tmp_path / "results/run_tf.json").read_text())["resumed_at_step"] == 10
 
 
 def test_sync_replicas_does_not_resume(tmp_path, assert_usage_error):
