@@ -42,12 +42,22 @@ class Recorder:
         self.steps_log = open(steps_path, "a")
         self.tensorboard = tf.compat.v1.summary.FileWriter(
             os.path.join(args.results_dir, "tensorboard", args.run_name))
-        self.timer = ThroughputTimer(args.warmup_steps)
-        for record in kept[args.warmup_steps:]:
+        measured_before = kept[args.warmup_steps:]
+        self.timer = ThroughputTimer(self._warmup_after(resumed_at, measured_before))
+        for record in measured_before:
             self.timer.keep(record["seconds"], record["words_per_sec"] * record["seconds"])
         self.last_loss = None
         self.progress_seconds = self.progress_words = 0.0
         self.started = time.time()
+
+    def _warmup_after(self, resumed_at, measured_before):
+        """The steps left out after this start: --warmup_steps; after a restart that leaves fewer steps than that
+        and no measured step before it, all but the last (a throughput of the steps there are, said in the
+        summary's throughput.warmup_steps)."""
+        remaining = self.args.steps - (resumed_at or 0)
+        if resumed_at is None or measured_before or remaining > self.args.warmup_steps:
+            return self.args.warmup_steps
+        return remaining - 1
 
     @staticmethod
     def _steps_before(path, step):

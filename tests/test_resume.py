@@ -71,6 +71,17 @@ def test_a_checkpoint_without_its_marker_is_not_used(uninterrupted, tmp_path):
     assert all(bit_identical(reference[name], other[name]) for name in reference)
 
 
+def test_a_resume_within_the_warm_up_measures_the_steps_there_are(tmp_path):
+    """Killed after step 13 of 30 with a warm-up of 25: nothing was measured before, and the restart at step
+    10 has 20 steps left, fewer than the warm-up: the last of them is measured, and the summary says so."""
+    flags = ["--ckpt_dir=ckpt", "--save_every=10", "--warmup_steps=25"]
+    killed_after(13, tmp_path)
+    resumed = run_py(*flags, "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    throughput = json.loads((tmp_path / "results/run.json").read_text())["throughput"]
+    assert throughput["warmup_steps"] == 19 and throughput["measured_steps"] == 1
+
+
 def test_an_unreadable_checkpoint_is_passed_over_and_named(uninterrupted, tmp_path):
     killed_after(23, tmp_path)
     (tmp_path / "ckpt/model.ckpt-20.index").write_bytes(b"not a checkpoint index")
