@@ -213,7 +213,7 @@ def parse_flags(argv):
     args.runner_args = runner_flags.parse(SCRIPTS[args.architecture][:-3], "", args.runner_flags + (
         cluster_flags if args.architecture != "horovod" else []))
     data.shard(flags.model_config(args.runner_args).batch_size, 0, args.workers)
-    if getattr(args.runner_args, "resume", False) and not (args.hosts or args.slurm or args.docker):
+    if args.runner_args.resume and not (args.hosts or args.slurm or args.docker):
         # The chief's checkpoints are on this machine: what keeps the run from resuming is said now, once.
         Checkpoints(args.runner_args, None, args.workers).resumable()
     if args.docker:
@@ -285,8 +285,12 @@ def run_job(args, starter):
         best = partition_search.search(trial, runner_args.results_dir,
                                        min(64, flags.model_config(runner_args).vocab_size))
         runner_flags = runner_flags + [f"--partitions={best}"]
-    watches = [watcher.watch for watcher in (counter, args.fault) if watcher]
-    status, tasks = run(runner_flags, lambda *seen: [watch(*seen) for watch in watches])
+    watchers = [watcher for watcher in (counter, args.fault) if watcher]
+
+    def watch(task, line, running):  # every task's every line, to the byte counter and the fault
+        for watcher in watchers:
+            watcher.watch(task, line, running)
+    status, tasks = run(runner_flags, watch)
     if counter and status == 0:
         results.write_json(results.network_path(runner_args.results_dir, runner_args.run_name),
                            counter.result(tasks))

@@ -131,8 +131,8 @@ def remove_stale_outputs(args):
     """Removes the summary and the checkpoints an earlier run left at this run's paths, so that a run that
     fails, at start-up or later, leaves nothing that looks finished; a run that resumes (--resume) keeps the
     checkpoints. Every runner's chief calls it first, once its flags are valid."""
-    checkpoints = [] if getattr(args, "resume", False) else [os.path.join(args.ckpt_dir, "checkpoint"),
-                                                             *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]
+    checkpoints = [] if args.resume else [os.path.join(args.ckpt_dir, "checkpoint"),
+                                          *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]
     for stale in [results.summary_path(args.results_dir, args.run_name), *checkpoints]:
         if os.path.isfile(stale):
             os.remove(stale)
