@@ -43,7 +43,11 @@ class Recorder:
         self.tensorboard = tf.compat.v1.summary.FileWriter(
             os.path.join(args.results_dir, "tensorboard", args.run_name))
         measured_before = kept[args.warmup_steps:]
-        self.timer = ThroughputTimer(self._warmup_after(resumed_at, measured_before))
+        warmup = self._warmup_after(resumed_at, measured_before)
+        self.timer = ThroughputTimer(warmup)
+        # The step after which this start's measured steps begin: the byte window of a run resumed under NET=
+        # covers the steps measured after the restart (the counters before it died with the killed launcher).
+        self.measured_from = (resumed_at or 0) + max(warmup, 1)
         for record in measured_before:
             self.timer.keep(record["seconds"], record["words_per_sec"] * record["seconds"])
         self.last_loss = None
@@ -90,7 +94,7 @@ class Recorder:
             self.progress_seconds = self.progress_words = 0.0
             events.announce("progress", steps_done=step + 1)  # the launcher's faults act on it (tasks.Fault)
         # The launcher's byte counters read the links at these two points (netns.ByteCounter).
-        if step + 1 == max(self.args.warmup_steps, 1):
+        if step + 1 == self.measured_from:
             events.announce("measured_steps_begin", after_step=step + 1)
         if step + 1 == self.args.steps:
             events.announce("measured_steps_end", after_step=step + 1)

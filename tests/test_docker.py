@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from conftest import REPO, launcher_usage_error, long_run
+from conftest import (REPO, bit_identical, checkpoint_tensors, launch, launch_and_wait, launcher_usage_error, long_run,
+                      train_reference)
 
 LABEL = "lstm-dist.run"  # harness/starters/docker.py labels every container and network of a run with it
 
@@ -97,6 +98,24 @@ def test_a_killed_container_takes_the_run_down(image, tmp_path):
         process.wait(timeout=60)
     assert process.returncode == 1
     assert "task worker1 was killed by signal 9" in process.stderr.read()
+    assert leftovers() == []
+
+
+def test_a_run_in_containers_killed_and_resumed_matches_the_reference(image, tmp_path):
+    """The hybrid in containers: the launcher kills the chief's `docker run` client after step 12 (its
+    container's lifeline then stops the task); resumed in new containers from the checkpoint after step 10, in
+    the working directory they share, the run ends as run.py's two emulated workers."""
+    tiny = ["--config=tiny", "--steps=20", "--warmup_steps=5", "--save_every=10", "--ckpt_dir=ckpt"]
+    train_reference(tiny[:3], 2, "reference", tmp_path)
+    killed = launch("parallax", "--workers=2", f"--docker={image}", "--fault=worker0:12", "--", *tiny,
+                    "--log_every=1", cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, errors = killed.communicate(timeout=600)
+    assert killed.returncode == 1 and "task worker0 was killed by signal 9" in errors, errors
+    assert leftovers() == []
+    output = launch_and_wait("parallax", "--workers=2", f"--docker={image}", "--", *tiny, "--resume", cwd=tmp_path)
+    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in output
+    expected, trained = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "ckpt")
+    assert [name for name in expected if not bit_identical(expected[name], trained[name])] == []
     assert leftovers() == []
 
 

@@ -233,3 +233,21 @@ def test_parameter_servers_at_four_workers_resume_bit_identical(tmp_path):
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     expected, other = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "ckpt")
     assert all(bit_identical(expected[name], other[name]) for name in expected)
+
+
+def test_a_run_resumed_in_the_emulated_cluster_measures_its_bytes_after_the_restart(uninterrupted, tmp_path):
+    """Under --net (every machine a network namespace, tc-shaped links): ps0 is killed after step 16 and the run
+    resumed from step 10 in a new cluster. It ends as the reference, and its byte window is the steps measured
+    after the restart: from the end of the restart's own 5 warm-up steps to the last."""
+    net = ["--net=1gbit"]
+    killed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=tmp_path,
+                    launcher_flags=[*net, "--fault=ps0:16"])
+    assert killed.returncode == 1 and "task ps0 was killed by signal 9" in killed.stderr, killed.stderr
+    resumed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path, launcher_flags=net)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+    network = json.loads((tmp_path / "results/run_tf.network.json").read_text())
+    assert (network["from_step"], network["to_step"]) == (15, 30)
+    assert all(machine["sent_bytes_per_step"] > 0 for machine in network["machines"])

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, long_run, no_process_left, processes_with, train_reference)
+from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch,
+                      launch_and_wait, launcher_usage_error, long_run, no_process_left, processes_with, train_reference)
 
 TINY = ["--config=tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
 TWO_HOSTS = "--hosts=127.0.0.1:1,127.0.0.2:1"
@@ -28,6 +28,21 @@ def test_a_run_over_ssh_on_two_hosts_matches_the_reference(reference, ssh_config
                              *extra, f"--ckpt_dir={architecture}", cwd=reference)
     assert "[worker0] [run_" in output and "step 20/20" in output
     expected, trained = checkpoint_tensors(reference / "reference"), checkpoint_tensors(reference / architecture)
+    assert [n for n in expected if not bit_identical(expected[n], trained[n])] == []
+
+
+def test_a_run_over_ssh_killed_and_resumed_matches_the_reference(reference, ssh_config):
+    """Horovod over ssh: the launcher kills worker1 (its ssh connection; lifeline.py stops the task on its host)
+    after step 13; resumed on the same hosts from the checkpoint after step 10, the run ends as the reference."""
+    hosts = ["--workers=2", TWO_HOSTS, f"--ssh_config={ssh_config}"]
+    checkpoints = ["--ckpt_dir=horovod-resumed", "--save_every=10", "--run_name=resumed"]
+    killed = launch("horovod", *hosts, "--fault=worker1:13", "--", *TINY, *checkpoints, "--log_every=1",
+                    cwd=reference, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, errors = killed.communicate(timeout=600)
+    assert killed.returncode == 1 and "task worker1 was killed by signal 9" in errors, errors
+    output = launch_and_wait("horovod", *hosts, "--", *TINY, *checkpoints, "--resume", cwd=reference)
+    assert "resume: from horovod-resumed/model.ckpt-10 (after step 10)" in output
+    expected, trained = checkpoint_tensors(reference / "reference"), checkpoint_tensors(reference / "horovod-resumed")
     assert [n for n in expected if not bit_identical(expected[n], trained[n])] == []
 
 
