@@ -34,10 +34,9 @@ def _version(package):
         return None
 
 
-def describe(args, config, num_workers):
-    """The machine (the chief's), the software and the run's shape, as a JSON-ready dict."""
+def machine():
+    """This machine and its software, as a JSON-ready dict."""
     return {
-        "hostnames": [socket.gethostname()],
         "cpu_model": _cpu_model(),
         "cpu_cores": os.cpu_count(),
         "memory_bytes": _memory_bytes(),
@@ -46,6 +45,14 @@ def describe(args, config, num_workers):
         "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),
         "horovod": _version("horovod"),
         "numpy": _version("numpy"),
+    }
+
+
+def describe(args, config, num_workers):
+    """The machine (the chief's), the software and the run's shape, as a JSON-ready dict."""
+    return {
+        "hostnames": [socket.gethostname()],
+        **machine(),
         "intra_op_threads": args.intra_op_threads,
         "inter_op_threads": args.inter_op_threads,
         "workers": num_workers,

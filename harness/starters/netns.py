@@ -91,7 +91,6 @@ class Link:
         for a delay."""
         bucket = max(15_000, self.bits_per_second // 8 // 100, self.bits_per_second // 8 // HZ)
         rate = self.rate
-        ip("link", "set", device, "up", namespace=namespace)
         tc(namespace, "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1")
         tc(namespace, "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil",
            rate, "burst", str(bucket), "cburst", str(bucket), "quantum", "60000")
@@ -126,7 +125,7 @@ def place(addresses, num_workers, num_ps, separate_ps=False):
 
 
 class EmulatedCluster:
-    """`machines` namespaces joined to a switch by links like `link`. `build` removes what an earlier, killed
+    """`machines` namespaces joined to a switch by links like `link` (None: not shaped). `build` removes what an earlier, killed
     launcher left and builds the cluster; `remove` removes it. As a context manager it does both."""
 
     def __init__(self, machines, link):
@@ -167,8 +166,11 @@ class EmulatedCluster:
                namespace=self.switch)
             ip("link", "set", f"m{i}", "master", "switch", namespace=self.switch)
             ip("addr", "add", f"{address}/{PREFIX_LENGTH}", "dev", INTERFACE, namespace=namespace)
-            self.link.shape(INTERFACE, namespace)   # what the machine sends
-            self.link.shape(f"m{i}", self.switch)   # what it receives
+            ip("link", "set", INTERFACE, "up", namespace=namespace)
+            ip("link", "set", f"m{i}", "up", namespace=self.switch)
+            if self.link:  # None: unshaped (bench/costs.py measures what the protocols themselves carry)
+                self.link.shape(INTERFACE, namespace)   # what the machine sends
+                self.link.shape(f"m{i}", self.switch)   # what it receives
 
     def remove(self):
         _remove([*self.namespaces, self.switch])

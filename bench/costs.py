@@ -1,0 +1,229 @@
+"""What the traffic model's bytes leave out, measured on this machine with the real engines: each protocol's
+fixed cost per message and the rate it carries bytes at when the link is not what limits it, and the CPU time
+per byte of the sparse rows' work. The bound of bench/traffic.py is built from them (docs/bench.md, "The
+bound"); make bench measures them before its sweep and keeps them, with the machine's description, in
+results/bench-costs.json, measuring again only when the machine or its software differ.
+
+    python -m bench.costs            # measure, print the table, write results/bench-costs.json (about 3 minutes)
+    python -m bench.costs --quick    # small sizes and few repeats: seconds, for the tests
+
+Protocols, each between two machines of an emulated cluster (harness/starters/netns.py) whose link is not
+shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs on both):
+    grpc    TensorFlow's gRPC runtime: a worker's pull of a parameter server's variable and push to it
+    gloo    Horovod's Gloo allreduce and allgather between two ranks
+    mpi     Horovod's MPI allreduce and allgather between two ranks under mpirun, over TCP on loopback (mpirun
+            starts its ranks on this machine's network, so not between namespaces; -mca btl tcp,self as
+            Parallax's experiments ran MPI between machines)
+Each is fitted as seconds = fixed + wire bytes / rate over the probe's sizes, by least squares on the medians;
+gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Rows, in this
+process on one core: deduplicating a sparse gradient (model.deduplicate), applying distinct rows with lm1b's
+Adagrad rule (model.apply_gradient) and adding dense gradients, each per byte of rows.
+"""
+import contextlib
+import io
+import os
+import sys
+import time
+import types
+
+import harness.determinism  # (first: it fixes TensorFlow's kernels)
+import numpy as np
+import tensorflow as tf
+
+import configs
+import harness
+import model
+from harness import environment, flags, launch, results, tasks
+from harness.starters import mpirun, netns
+from harness.starters.local import LocalProcess
+
+PROBE = os.path.join(launch.REPO, "bench", "protocol_probe.py")
+COSTS = "bench-costs.json"
+SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 << 18]}
+ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
+
+
+def quantiles(seconds):
+    return {"median": float(np.median(seconds)), "p16": float(np.percentile(seconds, 16)),
+            "p84": float(np.percentile(seconds, 84))}
+
+
+def fit(timings, wire_bytes):
+    """seconds = fixed + bytes / rate from the medians of `timings` ({size: [seconds]}), where a size's bytes
+    on the wire per rank are wire_bytes(size): the rate from the smallest and the largest size, the fixed cost
+    what the smallest size takes beyond its bytes (a least-squares line would be the largest sizes' alone)."""
+    points = sorted(({"size": int(size), "wire_bytes": wire_bytes(int(size)), **quantiles(seconds)}
+                     for size, seconds in timings.items()), key=lambda p: p["size"])
+    small, large = points[0], points[-1]
+    extra = large["median"] - small["median"]
+    rate = (large["wire_bytes"] - small["wire_bytes"]) / extra if extra > 0 else float("inf")
+    return {"fixed_seconds": max(small["median"] - small["wire_bytes"] / rate, 0.0), "bytes_per_second": rate,
+            "points": points}
+
+
+def run_probe(probe_tasks, starter, timings_file):
+    """Runs the probe's tasks; returns the timings rank 0 wrote. Their output is kept, and shown only if one
+    fails."""
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        status = tasks.run_tasks(probe_tasks, starter)
+    if status or not os.path.exists(timings_file):
+        tail = "\n".join(output.getvalue().strip().splitlines()[-15:])
+        raise SystemExit(f"bench.costs: the probe of {', '.join(t.name for t in probe_tasks)} failed (exit "
+                         f"{status}):\n{tail}")
+    timings = results.read_json(timings_file)
+    os.remove(timings_file)
+    return timings
+
+
+def probe_flags(args, probe):
+    return [f"--probe={probe}", f"--sizes={','.join(map(str, args.sizes))}", f"--repeats={args.repeats}",
+            f"--timings_file={timings_file(args, probe)}"]
+
+
+def timings_file(args, probe):
+    return os.path.abspath(os.path.join(args.results_dir, f"bench-costs-{probe}.json"))
+
+
+def measure_grpc_and_gloo(args):
+    """gRPC and Gloo between the two machines of an unshaped emulated cluster."""
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
+    with netns.EmulatedCluster(2, None) as cluster:
+        cluster.join_switch()  # Horovod's rendezvous, in this process, must be reachable from the machines
+        starter = netns.NetnsProcess(cluster)
+        first, second = cluster.addresses
+        grpc_tasks = launch.parameter_server_tasks(os.path.relpath(PROBE, launch.REPO), probe_flags(args, "grpc"),
+                                                   launch.with_ports([first], starter),
+                                                   launch.with_ports([second], starter))
+        for task in grpc_tasks:
+            task.env.update(env)
+        grpc = run_probe(grpc_tasks, starter, timings_file(args, "grpc"))
+        environments, stop_rendezvous = launch.horovod_environments([first, second], netns.INTERFACE)
+        try:
+            gloo = run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective")],
+                                         {**env, **environments[r]}, host) for r, host in enumerate([first, second])],
+                             starter, timings_file(args, "collective"))
+        finally:
+            stop_rendezvous()
+    return grpc, gloo
+
+
+def measure_mpi(args):
+    """Horovod's MPI operations between two ranks on this machine, over TCP."""
+    command = mpirun.command(["127.0.0.1", "127.0.0.1"], [sys.executable, PROBE, *probe_flags(args, "collective")])
+    command[1:1] = ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", "-x",
+                    "HOROVOD_CPU_OPERATIONS=MPI", "-x", f"PYTHONPATH={launch.REPO}"]
+    return run_probe([tasks.Task("mpirun", command)], LocalProcess(), timings_file(args, "collective"))
+
+
+def protocols(grpc, gloo, mpi, tensors):
+    """The fitted protocols from the probes' timings. Two ranks: an allreduce sends the tensor's size once per
+    rank (2 (N-1)/N of it), an allgather its own share."""
+    small_one = np.median(next(iter(grpc["pull_one_small"].values())))
+    small_many = np.median(next(iter(grpc["pull_many_small"].values())))
+    found = {"grpc": {"pull": fit(grpc["pull"], lambda size: size), "push": fit(grpc["push"], lambda size: size),
+                      "message_seconds": max(float(small_many - small_one) / (tensors - 1), 0.0)}}
+    for name, timings in (("gloo", gloo), ("mpi", mpi)):
+        if timings:
+            found[name] = {operation: fit(timings[operation], lambda size: size)
+                           for operation in ("allreduce", "allgather")}
+    return found
+
+
+def timed(session, op, repeats):
+    session.run(op)
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        session.run(op)
+        seconds.append(time.perf_counter() - started)
+    return quantiles(seconds)
+
+
+def measure_rows(args):
+    """Seconds per byte of rows: deduplicating a gradient of `rows` positions with repeats (Zipf, as words are),
+    applying its distinct rows with lm1b's Adagrad rule, and adding two dense gradients; on one core."""
+    rows, vocab = (20_000, 100_000) if not args.quick else (2_000, 10_000)
+    rng = np.random.default_rng(args.seed)
+    indices = np.minimum(rng.zipf(1.2, rows) - 1, vocab - 1).astype(np.int32)
+    distinct = np.unique(indices)
+    row_bytes = ROW_FLOATS * 4
+    with tf.Graph().as_default():
+        # Inputs in variables, not fed: feeding would copy them in every run and be most of what is timed.
+        gathered = tf.IndexedSlices(tf.Variable(rng.random((rows, ROW_FLOATS), np.float32)).read_value(),
+                                    tf.constant(indices), tf.constant([vocab, ROW_FLOATS]))
+        unique = tf.IndexedSlices(tf.Variable(rng.random((len(distinct), ROW_FLOATS), np.float32)).read_value(),
+                                  tf.constant(distinct), tf.constant([vocab, ROW_FLOATS]))
+        table, accumulator = tf.Variable(tf.ones([vocab, ROW_FLOATS])), tf.Variable(tf.ones([vocab, ROW_FLOATS]))
+        lm = types.SimpleNamespace(config=configs.CONFIGS["lm1b"], variables={"softmax_w": table},
+                                   accumulators={"softmax_w": accumulator})
+        deduplicated = model.deduplicate(gathered)
+        operations = {
+            # Each result is fetched through a sum of its first row: a tf.group of them was optimised away.
+            "deduplicate": (tf.reduce_sum(deduplicated.values[:1]), rows * row_bytes),
+            "apply": (model.apply_gradient(lm, "softmax_w", [unique], 1.0, 0.2), len(distinct) * row_bytes),
+            "add": (tf.reduce_sum((gathered.values + gathered.values)[:1]), rows * row_bytes)}
+        with tf.compat.v1.Session(config=harness.determinism.session_config(args)) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            measured = {name: (timed(session, op, args.repeats), size) for name, (op, size) in operations.items()}
+    return {name: {"seconds_per_byte": q["median"] / size, "bytes": size, **q} for name, (q, size) in measured.items()}
+
+
+def measure(args):
+    cpus = os.sched_getaffinity(0)
+    grpc, gloo = measure_grpc_and_gloo(args)
+    mpi = measure_mpi(args) if args.mpi else None
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        rows = measure_rows(args)
+    finally:
+        os.sched_setaffinity(0, cpus)
+    return {"machine": environment.machine(), "sizes": args.sizes, "repeats": args.repeats,
+            "protocols": protocols(grpc, gloo, mpi, 64), "rows": rows}
+
+
+def load(results_dir):
+    """The costs measured on this machine with its software (results/bench-costs.json), or None."""
+    path = os.path.join(results_dir, COSTS)
+    if not os.path.exists(path):
+        return None
+    costs = results.read_json(path)
+    return costs if costs.get("machine") == environment.machine() else None
+
+
+def describe(costs):
+    lines = ["protocol   operation   fixed        rate (unshaped)   per-message"]
+    for name, operations in costs["protocols"].items():
+        for operation, fitted in operations.items():
+            if isinstance(fitted, dict):
+                lines.append(f"{name:10s} {operation:11s} {fitted['fixed_seconds'] * 1e3:7.3f} ms  "
+                             f"{fitted['bytes_per_second'] * 8 / 1e9:8.2f} Gbit/s")
+        if "message_seconds" in operations:
+            lines.append(f"{name:10s} {'message':11s} {'':27s}{operations['message_seconds'] * 1e6:9.1f} us")
+    lines.append("rows (one core)  seconds per GB of rows: " + ", ".join(
+        f"{name} {r['seconds_per_byte'] * 1e9:.2f} [{r['p16'] / r['bytes'] * 1e9:.2f}, {r['p84'] / r['bytes'] * 1e9:.2f}]"
+        for name, r in costs["rows"].items()))
+    return "\n".join(lines)
+
+
+def main():
+    parser = flags.parser("bench.costs", __doc__)
+    flags.DEFINE_boolean("quick", False, "small sizes and 5 repeats: seconds, not minutes", flag_values=parser)
+    flags.DEFINE_boolean("mpi", True, "measure Horovod's MPI operations too (needs mpirun)", flag_values=parser)
+    flags.DEFINE_integer("repeats", 15, "timed runs of each operation and size", lower_bound=3, flag_values=parser)
+    args = flags.parse(parser)
+    if os.geteuid() != 0:
+        raise harness.UsageError("bench.costs: the emulated cluster needs root (network namespaces)")
+    if args.mpi:
+        mpirun.check()
+    args.sizes = SIZES["quick" if args.quick else "full"]
+    args.repeats = 5 if args.quick else args.repeats
+    costs = measure(args)
+    print(describe(costs))
+    path = os.path.join(args.results_dir, COSTS)
+    results.write_json(path, costs)
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    harness.main(main)

@@ -1,0 +1,118 @@
+"""One task of bench/costs.py's protocol measurements, started by it in an emulated cluster of two machines
+on an unshaped link (or under mpirun), timing the real engines:
+
+    --probe=grpc        ps0 holds variables; worker0 times, through TensorFlow's gRPC runtime, a pull (a read of
+                        a ps0 variable into one of its own) and a push (an assignment of its own tensor to a ps0
+                        variable) of each of --sizes bytes, and a pull of --tensors small tensors in one run
+    --probe=collective  every rank times Horovod's allreduce (sum) and allgather of each of --sizes bytes per
+                        rank (Gloo; Horovod's MPI operations when started by mpirun)
+
+Each timing is --repeats session.runs after one untimed run; worker0 (rank 0) writes them all to
+--timings_file as {operation: {size in bytes: [seconds, ...]}}, which bench/costs.py reads (a file: mpirun
+interleaves its ranks' output within a line)."""
+import time
+
+from harness import determinism
+import tensorflow as tf  # noqa: E402  (after determinism: it fixes TensorFlow's kernels)
+
+import harness
+from harness import flags, grpc_cluster, results, runner_flags
+
+SMALL_TENSOR_BYTES = 256  # a tensor whose bytes cost nothing: what is left is the cost of a message
+
+
+def parse_flags():
+    parser = flags.parser("protocol_probe", __doc__)
+    runner_flags.cluster(parser)
+    flags.DEFINE_enum("probe", None, ["grpc", "collective"], "what to time", flag_values=parser)
+    flags.DEFINE_list("sizes", ["4096", "1048576", "8388608"], "tensor sizes in bytes", flag_values=parser)
+    flags.DEFINE_integer("tensors", 64, "small tensors pulled in one run (the cost of a message)", lower_bound=2,
+                         flag_values=parser)
+    flags.DEFINE_string("timings_file", None, "where worker0 (rank 0) writes the timings", flag_values=parser)
+    flags.DEFINE_integer("repeats", 15, "timed runs of each operation", lower_bound=3, flag_values=parser)
+    args = flags.parse(parser)
+    args.sizes = [int(size) for size in args.sizes]
+    return args
+
+
+def timed(session, op, repeats, run=None):
+    """The seconds of each of `repeats` runs of `op`, after one untimed run."""
+    run = run or session.run
+    run(op)
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run(op)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def floats(size_bytes):
+    return tf.zeros([max(1, size_bytes // 4)], tf.float32)
+
+
+def grpc_operations(args):
+    """{name: {size: op}}: pulls and pushes between worker0 and ps0, and one pull of many small tensors."""
+    ps, worker = "/job:ps/task:0", "/job:worker/task:0"
+    operations = {"pull": {}, "push": {}}
+    for size in args.sizes:
+        with tf.device(ps):
+            remote = tf.Variable(floats(size))
+        with tf.device(worker):
+            local = tf.Variable(floats(size))
+            operations["pull"][size] = local.assign(remote.read_value()).op  # the read runs on ps0
+        with tf.device(ps):
+            operations["push"][size] = remote.assign(local.read_value()).op  # the read runs on worker0
+    pulls = []
+    for _ in range(args.tensors):
+        with tf.device(ps):
+            remote = tf.Variable(floats(SMALL_TENSOR_BYTES))
+        with tf.device(worker):
+            pulls.append(tf.Variable(floats(SMALL_TENSOR_BYTES)).assign(remote.read_value()).op)
+    operations["pull_one_small"] = {SMALL_TENSOR_BYTES: pulls[0]}
+    operations["pull_many_small"] = {SMALL_TENSOR_BYTES * args.tensors: tf.group(*pulls)}
+    return operations
+
+
+def grpc_probe(args):
+    cluster = grpc_cluster.Cluster(args)
+    if args.job_name == "ps":
+        return grpc_cluster.serve(cluster, args)
+    graph = tf.Graph()
+    with graph.as_default():
+        operations = grpc_operations(args)
+        over = grpc_cluster.run_over(1)
+        initialise = tf.compat.v1.global_variables_initializer()
+    with cluster.session(graph, ["/job:ps"]) as session:
+        cluster.run(session, initialise, starting=True)
+        timings = {name: {size: timed(session, op, args.repeats) for size, op in by_size.items()}
+                   for name, by_size in operations.items()}
+        session.run(over)
+    results.write_json(args.timings_file, timings)
+
+
+def collective_probe(args):
+    import horovod.tensorflow as hvd
+    hvd.init()
+    tf.compat.v1.disable_eager_execution()
+    operations = {"allreduce": {}, "allgather": {}}
+    for size in args.sizes:
+        # A variable, not a constant: a collective of a constant runs once and is then cached (stack facts).
+        tensor = tf.Variable(floats(size)).read_value()
+        operations["allreduce"][size] = tf.reduce_sum(hvd.allreduce(tensor, op=hvd.Sum)[:1])
+        operations["allgather"][size] = tf.reduce_sum(hvd.allgather(tensor)[:1])
+    with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        timings = {name: {size: timed(session, op, args.repeats) for size, op in by_size.items()}
+                   for name, by_size in operations.items()}
+    if hvd.rank() == 0:
+        results.write_json(args.timings_file, timings)
+
+
+def main():
+    args = parse_flags()
+    return grpc_probe(args) if args.probe == "grpc" else collective_probe(args)
+
+
+if __name__ == "__main__":
+    harness.main(main)
