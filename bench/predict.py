@@ -70,15 +70,15 @@ def parallax_lm1b_rows(p, workers, seed=1):
 
 
 def predict(architecture, variables, rows, machines, per_machine, link, compute_seconds, words_per_worker,
-            partitions=1):
-    """(words/sec, busiest link seconds) of `machines` machines of `per_machine` workers each, one parameter
-    server per machine."""
+            partitions=1, costs=traffic.Costs()):
+    """(words/sec, network seconds) of `machines` machines of `per_machine` workers each, one parameter server
+    per machine; with `costs`, the network time holds the protocols' costs and the step the update's CPU time."""
     workers = machines * per_machine
     machine_of = {**{f"worker{w}": w // per_machine for w in range(workers)},
                   **{f"ps{p}": p for p in range(machines)}}
-    _, network = traffic.predict(architecture, variables, rows, workers, machines, machine_of,
-                                 link.bits_per_second / 8, partitions)
-    return workers * words_per_worker / (compute_seconds + network), network
+    _, network, update = traffic.predict(architecture, variables, rows, workers, machines, machine_of,
+                                         link.bits_per_second / 8, partitions, costs=costs)
+    return workers * words_per_worker / (compute_seconds + network + update), network
 
 
 def repeat_rows(rows, workers):

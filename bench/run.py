@@ -30,7 +30,7 @@ from harness import environment, experiments, flags, results
 from harness.experiments import RUNS
 from harness.starters import netns
 
-from bench import predict, traffic
+from bench import costs, predict, traffic
 import configs
 
 CORES = len(os.sched_getaffinity(0))
@@ -143,9 +143,11 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     partitions = num_ps if architecture in ("tf", "parallax") else 1
     if partitions > 1:
         runner_flags = [*runner_flags, f"--partitions={partitions}"]
-    predicted, network_term = traffic.predict(run.traffic, variables, rows, num_workers, num_ps,
-                                              machine_of_tasks(addresses, workers, servers), byte_rate,
-                                              partitions)
+    machine_of = machine_of_tasks(addresses, workers, servers)
+    predicted, network_term, update_term = traffic.predict(run.traffic, variables, rows, num_workers, num_ps,
+                                                           machine_of, byte_rate, partitions, costs=args.costs)
+    _, bytes_only_network, _ = traffic.predict(run.traffic, variables, rows, num_workers, num_ps, machine_of,
+                                               byte_rate, partitions)
     # W tasks on CORES cores: each worker computes 1/W of the global batch, but no faster than the cores allow.
     compute = one_device_throughput["median_step_seconds"]
     compute_share = batch_size / configs.CONFIGS[args.config].batch_size * max(1 / num_workers, 1 / CORES)
@@ -158,10 +160,10 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
               "compute_seconds_one_device": compute, "compute_share": compute_share,
               "cores_shared": num_workers > CORES,
               "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
-    if (compute_term + network_term) * args.steps > args.max_run_seconds:
-        return dict(record, skipped=f"its bound is {compute_term + network_term:.1f} s a step, "
-                                    f"{(compute_term + network_term) * args.steps / 60:.0f} minutes for {args.steps} "
-                                    f"steps (--max_run_seconds={args.max_run_seconds})")
+    bound = compute_term + network_term + update_term
+    if bound * args.steps > args.max_run_seconds:
+        return dict(record, skipped=f"its bound is {bound:.1f} s a step, {bound * args.steps / 60:.0f} minutes "
+                                    f"for {args.steps} steps (--max_run_seconds={args.max_run_seconds})")
     run_name = f"bench-{args.config}-{runner}-w{num_workers}-r{repeat}"
     run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}", f"--ps={num_ps}",
                  f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else []),
@@ -175,8 +177,23 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                 measured_steps_counted=counted["steps"],
                 bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
                                                if sum(map(sum, predicted)) else None),
-                compute_seconds=compute_term, network_seconds=network_term,
-                bound_seconds=compute_term + network_term, step_over_bound=step / (compute_term + network_term))
+                compute_seconds=compute_term, network_seconds=network_term, update_seconds=update_term,
+                bound_seconds=bound, step_over_bound=step / bound,
+                bytes_only_network_seconds=bytes_only_network,
+                bytes_only_bound_seconds=compute_term + bytes_only_network,
+                step_over_bytes_only_bound=step / (compute_term + bytes_only_network))
+
+
+def protocol_costs(args):
+    """bench.costs's measurements of this machine (results/bench-costs.json), measured first if there are none
+    for this machine and its software."""
+    found = costs.load(args.results_dir)
+    if not found:
+        print("bench: measuring the protocols' costs and the rows' CPU time (python -m bench.costs)", flush=True)
+        run_quietly([sys.executable, "-m", "bench.costs", f"--results_dir={args.results_dir}"], "bench.costs")
+        found = costs.load(args.results_dir)
+    print("bench: costs beyond the bytes (results/bench-costs.json):\n" + costs.describe(found), flush=True)
+    return found
 
 
 def progress(i, total, record, started):
@@ -187,7 +204,8 @@ def progress(i, total, record, started):
         return
     bytes_ratio = record["bytes_measured_over_predicted"]
     print(f"{head}: {record['throughput']['median']:,.0f} words/sec, step {record['throughput']['median_step_seconds']:.3f}"
-          f" s = {record['step_over_bound']:.2f} x bound{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
+          f" s = {record['step_over_bound']:.2f} x bound ({record['step_over_bytes_only_bound']:.2f} x bytes only)"
+          f"{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
           f"{' (tasks outnumber the cores: compute term scaled)' if record['cores_shared'] else ''}; "
           f"about {left / 60:.0f} min left", flush=True)
 
@@ -195,7 +213,7 @@ def progress(i, total, record, started):
 def table(records):
     """Per config: each runner and W's words/sec (median of the repeats' medians, and the central 68% of the
     repeats' per-step rates), speed-up and efficiency against one device (run.py), ratio to the best runner at
-    that W, bytes measured/predicted and step time/bound."""
+    that W, bytes measured/predicted, step time/bound and step time/the bytes-only bound."""
     lines = []
     done = [r for r in records if "skipped" not in r]
     for config in dict.fromkeys(r["config"] for r in records):
@@ -204,7 +222,7 @@ def table(records):
         lines += [f"\n{config}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one device "
                   f"(run.py): {base:,.0f} words/sec",
                   f"{'runner':16s} {'W':>2s} {'words/sec':>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
-                  f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s}"]
+                  f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'bytes only':>10s}"]
         rows = {}
         for r in done:
             if r["config"] == config:
@@ -219,7 +237,8 @@ def table(records):
             lines.append(f"{runner:16s} {w:2d} {median[(runner, w)]:10,.0f} {f'[{low:,.0f}, {high:,.0f}]':>17s} "
                          f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
                          f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
-                         f"{statistics.median(r['step_over_bound'] for r in group):10.2f}")
+                         f"{statistics.median(r['step_over_bound'] for r in group):10.2f} "
+                         f"{statistics.median(r['step_over_bytes_only_bound'] for r in group):10.2f}")
         for r in records:
             if r["config"] == config and "skipped" in r:
                 lines.append(f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}")
@@ -243,6 +262,7 @@ def main():
     os.makedirs(args.runs_dir, exist_ok=True)
     combinations = [(config, runner, w, repeat) for config in args.configs for w in args.workers
                     for repeat in range(1, args.repeats + 1) for runner in args.runners]
+    args.costs = traffic.Costs.measured(protocol_costs(args))
     output = os.path.join(args.results_dir, results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "

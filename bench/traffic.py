@@ -183,22 +183,114 @@ def link_bytes(step_flows, machine_of, phase=None):
     return list(zip(sent, received))
 
 
-def network_seconds(step_flows, machine_of, bytes_per_second):
-    """The step's time on the network: per phase, the busiest link direction's bytes / rate, summed."""
-    return sum(max(max(pair) for pair in link_bytes(step_flows, machine_of, phase)) / bytes_per_second
-               for phase in (PULL, EXCHANGE))
+@dataclasses.dataclass(frozen=True)
+class Costs:
+    """What a step costs beyond its bytes over the links, as bench/costs.py measures it: per transport ("grpc"
+    between a worker and a parameter server, "gloo" or "mpi" between Horovod's ranks) the rate it carries bytes
+    at when the link does not limit it and its fixed seconds per message; and the CPU seconds per byte of rows
+    to deduplicate a sparse gradient, to apply rows (and dense values) with the update rule, and to add dense
+    gradients. Costs() is the bytes-only bound: every rate infinite, nothing fixed, no CPU work."""
+    rates: dict = dataclasses.field(default_factory=dict)  # transport: bytes per second (absent: infinite)
+    message_seconds: dict = dataclasses.field(default_factory=dict)  # transport: seconds per message
+    deduplicate_seconds_per_byte: float = 0.0
+    apply_seconds_per_byte: float = 0.0
+    add_seconds_per_byte: float = 0.0
+    collective: str = "gloo"  # the transport of Horovod's collectives
+
+    @classmethod
+    def measured(cls, costs, collective="gloo"):
+        """From bench/costs.py's record: gRPC's slower direction and its cost of a message; a collective's
+        allreduce and allgather, the slower rate and the larger fixed cost (one collective is one message)."""
+        protocols, rows = costs["protocols"], costs["rows"]
+        grpc = protocols["grpc"]
+        rates = {"grpc": min(grpc["pull"]["bytes_per_second"], grpc["push"]["bytes_per_second"])}
+        messages = {"grpc": grpc["message_seconds"]}
+        for name in ("gloo", "mpi"):
+            if name in protocols:
+                rates[name] = min(op["bytes_per_second"] for op in protocols[name].values())
+                messages[name] = max(op["fixed_seconds"] for op in protocols[name].values())
+        return cls(rates, messages, rows["deduplicate"]["seconds_per_byte"], rows["apply"]["seconds_per_byte"],
+                   rows["add"]["seconds_per_byte"], collective)
+
+    def transport(self, source, destination):
+        return "grpc" if source.startswith("ps") or destination.startswith("ps") else self.collective
+
+
+def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
+    """The step's time on the network: per phase, the busiest link direction's time, summed. A direction's time
+    is each flow's bytes at the slower of the link's rate and its transport's, plus each flow's fixed cost (a
+    flow is one message); with Costs(), the busiest direction's bytes / the link's rate."""
+    total = 0.0
+    for phase in (PULL, EXCHANGE):
+        busiest = {}
+        for source, destination, size, flow_phase in step_flows:
+            if machine_of[source] == machine_of[destination] or flow_phase != phase:
+                continue
+            transport = costs.transport(source, destination)
+            seconds = size / min(bytes_per_second, costs.rates.get(transport, float("inf"))) + \
+                costs.message_seconds.get(transport, 0.0)
+            for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
+                busiest[direction] = busiest.get(direction, 0.0) + seconds
+        total += max(busiest.values(), default=0.0)
+    return total
+
+
+def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",
+                   costs=Costs()):
+    """The CPU time of the update beyond one device's (which the compute term, run.py's step, holds): on the
+    busiest task that applies it. A parameter server adds its workers' dense gradients, deduplicates the rows
+    they push to it and applies them; under allreduce every worker deduplicates every worker's rows and applies
+    them all (a ring allreduce adds inside the collective, in the protocol's rate)."""
+    sparse = [v for v in variables if v.kind == "sparse"]
+    dense = [v for v in variables if v.kind == "dense"]
+
+    def work(rows_in, distinct, dense_added=0, dense_applied=0):
+        return (rows_in * costs.deduplicate_seconds_per_byte + (distinct + dense_applied) * costs.apply_seconds_per_byte
+                + dense_added * costs.add_seconds_per_byte)
+
+    def row_bytes(v, w):
+        return len(step_rows[w][v.name][1]) * v.row_bytes
+    own = work(sum(row_bytes(v, 0) for v in sparse), sum(row_bytes(v, 0) for v in sparse),
+               dense_applied=sum(v.bytes for v in dense))
+    if architecture in ("allreduce", "allreduce-dense"):
+        if architecture == "allreduce-dense":
+            return 0.0  # every gradient dense, added in the collective; applied as on one device
+        union = sum(len(np.unique(np.concatenate([step_rows[w][v.name][1] for w in range(num_workers)])))
+                    * v.row_bytes for v in sparse)
+        busiest = work(sum(row_bytes(v, w) for v in sparse for w in range(num_workers)), union,
+                       dense_applied=sum(v.bytes for v in dense))
+        return max(busiest - own, 0.0)
+    on_ps = variables if architecture == "ps" else sparse
+    placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions, strategy)]
+    greedy = placement.GreedyBySize(num_ps)  # the runners' placement
+    per_server = [0.0] * num_ps
+    for v, rows in placed_parts:
+        p = greedy.add(len(rows) * v.row_bytes)
+        if v.kind == "dense":
+            per_server[p] += work(0, 0, (num_workers - 1) * v.bytes, v.bytes)
+        else:
+            pushed = [step_rows[w][v.name][1] for w in range(num_workers)]
+            per_server[p] += work(sum(_count(u, rows) for u in pushed) * v.row_bytes,
+                                  _count(np.unique(np.concatenate(pushed)), rows) * v.row_bytes)
+    replicated = 0.0 if architecture == "ps" else work(0, 0, dense_applied=sum(v.bytes for v in dense))
+    return max(max(per_server) + replicated - own, 0.0)
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
-            strategy="mod"):
-    """(each machine's (sent, received) bytes per step, the step's network seconds), averaged over the sampled
-    steps of `rows`; `machine_of[task]`: the machine index of every task."""
+            strategy="mod", costs=Costs()):
+    """(each machine's (sent, received) bytes per step, the step's network seconds, the update's CPU seconds
+    beyond one device's), averaged over the sampled steps of `rows`; `machine_of[task]`: the machine index of
+    every task. With Costs(), the bytes-only bound's network time and no CPU time."""
     groups = {}
     for w in range(num_workers):
         groups.setdefault(machine_of[f"worker{w}"], []).append(w)
+    steps = rows.steps or [None]
     per_step = [flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()), strategy)
-                for step in (rows.steps or [None])]
+                for step in steps]
     per_machine = [link_bytes(f, machine_of) for f in per_step]
+    update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs)
+              for step in steps]
     return ([tuple(float(np.mean([s[m][k] for s in per_machine])) for k in (0, 1))
              for m in range(len(per_machine[0]))],
-            float(np.mean([network_seconds(f, machine_of, bytes_per_second) for f in per_step])))
+            float(np.mean([network_seconds(f, machine_of, bytes_per_second, costs) for f in per_step])),
+            float(np.mean(update)))
