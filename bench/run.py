@@ -192,7 +192,8 @@ def protocol_costs(args):
         print("bench: measuring the protocols' costs and the rows' CPU time (python -m bench.costs)", flush=True)
         run_quietly([sys.executable, "-m", "bench.costs", f"--results_dir={args.results_dir}"], "bench.costs")
         found = costs.load(args.results_dir)
-    print("bench: costs beyond the bytes (results/bench-costs.json):\n" + costs.describe(found), flush=True)
+    print(f"bench: costs beyond the bytes ({os.path.join(args.results_dir, costs.COSTS)}):\n{costs.describe(found)}",
+          flush=True)
     return found
 
 
@@ -262,7 +263,7 @@ def main():
     os.makedirs(args.runs_dir, exist_ok=True)
     combinations = [(config, runner, w, repeat) for config in args.configs for w in args.workers
                     for repeat in range(1, args.repeats + 1) for runner in args.runners]
-    args.costs = traffic.Costs.measured(protocol_costs(args))
+    args.costs = traffic.Costs.measured(protocol_costs(args), shared_cores=True)  # the emulated cluster
     output = os.path.join(args.results_dir, results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "

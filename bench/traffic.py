@@ -101,6 +101,7 @@ def _count(indices, rows):
     return int(np.count_nonzero(inside))
 
 
+COLLECTIVE_PROBE_RANKS = 2  # bench/costs.py times a collective of two ranks
 PULL, EXCHANGE = "pull", "exchange"  # the phases: reading variables; then sending gradients (and collectives)
 
 
@@ -196,9 +197,10 @@ class Costs:
     apply_seconds_per_byte: float = 0.0
     add_seconds_per_byte: float = 0.0
     collective: str = "gloo"  # the transport of Horovod's collectives
+    shared_cores: bool = False  # every machine's tasks on this machine's cores (the emulated cluster)
 
     @classmethod
-    def measured(cls, costs, collective="gloo"):
+    def measured(cls, costs, collective="gloo", shared_cores=False):
         """From bench/costs.py's record: gRPC's slower direction and its cost of a message; a collective's
         allreduce and allgather, the slower rate and the larger fixed cost (one collective is one message)."""
         protocols, rows = costs["protocols"], costs["rows"]
@@ -210,28 +212,34 @@ class Costs:
                 rates[name] = min(op["bytes_per_second"] for op in protocols[name].values())
                 messages[name] = max(op["fixed_seconds"] for op in protocols[name].values())
         return cls(rates, messages, rows["deduplicate"]["seconds_per_byte"], rows["apply"]["seconds_per_byte"],
-                   rows["add"]["seconds_per_byte"], collective)
+                   rows["add"]["seconds_per_byte"], collective, shared_cores)
 
     def transport(self, source, destination):
         return "grpc" if source.startswith("ps") or destination.startswith("ps") else self.collective
 
 
 def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
-    """The step's time on the network: per phase, the busiest link direction's time, summed. A direction's time
-    is each flow's bytes at the slower of the link's rate and its transport's, plus each flow's fixed cost (a
-    flow is one message); with Costs(), the busiest direction's bytes / the link's rate."""
+    """The step's time on the network, summed over its phases. A phase takes its busiest link direction's time:
+    each flow's bytes at the slower of the link's rate and its protocol's, plus its protocol's cost of a message
+    (a flow is one message). Where every machine's tasks share this machine's cores (costs.shared_cores: the
+    emulated cluster), the phase takes at least the protocols' work of all its flows, loopback ones included,
+    one after another at the measured rates (a collective's rate was measured with two ranks working at once:
+    each rank's flow takes half of it). With Costs(), the busiest direction's bytes / the link's rate."""
     total = 0.0
     for phase in (PULL, EXCHANGE):
-        busiest = {}
+        busiest, shared = {}, 0.0
         for source, destination, size, flow_phase in step_flows:
-            if machine_of[source] == machine_of[destination] or flow_phase != phase:
+            if flow_phase != phase:
                 continue
             transport = costs.transport(source, destination)
-            seconds = size / min(bytes_per_second, costs.rates.get(transport, float("inf"))) + \
-                costs.message_seconds.get(transport, 0.0)
+            rate, message = costs.rates.get(transport, float("inf")), costs.message_seconds.get(transport, 0.0)
+            shared += (size / rate + message) / (1 if transport == "grpc" else COLLECTIVE_PROBE_RANKS)
+            if machine_of[source] == machine_of[destination]:
+                continue
+            seconds = size / min(bytes_per_second, rate) + message
             for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
                 busiest[direction] = busiest.get(direction, 0.0) + seconds
-        total += max(busiest.values(), default=0.0)
+        total += max(max(busiest.values(), default=0.0), shared if costs.shared_cores else 0.0)
     return total
 
 

@@ -1,6 +1,7 @@
 """The traffic model (bench/traffic.py), make bench's sweep (bench/run.py) and the extrapolation
 (bench/predict.py)."""
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -98,7 +99,8 @@ def test_phases_add_up_the_busiest_direction_of_each():
 
 def test_the_costed_bound_reduces_to_the_bytes_only_bound_without_costs():
     """Infinite protocol rates, no fixed cost and no CPU work per byte give the bytes-only bound, term by term."""
-    free = traffic.Costs(rates={"grpc": float("inf"), "gloo": float("inf")}, message_seconds={"grpc": 0.0, "gloo": 0.0})
+    free = traffic.Costs(rates={"grpc": float("inf"), "gloo": float("inf")}, message_seconds={"grpc": 0.0, "gloo": 0.0},
+                         shared_cores=True)
     step = one_step([1, 2, 2], [2, 7])
     placement_of = machines(["worker0", "ps0"], ["worker1", "ps1"])
     for architecture in traffic.ARCHITECTURES:
@@ -120,6 +122,10 @@ def test_the_costed_bound_adds_each_protocol_s_rate_and_messages_and_the_servers
     placement_of = machines(["worker0", "ps0"], ["worker1"])
     assert traffic.network_seconds(flows, placement_of, 100.0, costs) == 2 * (400 / 50 + 1)
     assert traffic.update_seconds("ps", [DENSE], one_step([1], [2]), 2, 1, costs=costs) == pytest.approx(400 * 0.01)
+    # On one machine's cores (the emulated cluster) the protocol's work of every flow, the local one's too, adds
+    # up: 2 pulls of 400 bytes at 50 bytes/s and 2 messages a phase, more than the link direction's 9 s.
+    shared = dataclasses.replace(costs, shared_cores=True)
+    assert traffic.network_seconds(flows, placement_of, 100.0, shared) == 2 * (2 * (400 / 50 + 1))
     # Allgather: every worker deduplicates both workers' rows and applies their union; one device, its own.
     costs = traffic.Costs(deduplicate_seconds_per_byte=1.0, apply_seconds_per_byte=10.0)
     step = one_step([1, 2, 2], [2, 7])  # distinct: {1, 2} and {2, 7}, union {1, 2, 7}; rows of 20 bytes
