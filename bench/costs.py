@@ -14,6 +14,7 @@ shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs
     mpi     Horovod's MPI allreduce and allgather between two ranks under mpirun, over TCP on loopback (mpirun
             starts its ranks on this machine's network, so not between namespaces; -mca btl tcp,self as
             Parallax's experiments ran MPI between machines)
+    mpi-local  the same through shared memory (-mca btl vader,self): MPI between the ranks of one machine
 Each is fitted as seconds = fixed + wire bytes / rate over the probe's sizes, by least squares on the medians;
 gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Rows, in this
 process on one core: deduplicating a sparse gradient (model.deduplicate), applying distinct rows with lm1b's
@@ -108,25 +109,29 @@ def measure_grpc_and_gloo(args):
     return grpc, gloo
 
 
-def measure_mpi(args):
-    """Horovod's MPI operations between two ranks on this machine, over TCP."""
+# MPI's transports: between machines over TCP (as Parallax's mpirun ran it: -mca btl_tcp_if_include), and
+# between the ranks of one machine through shared memory (its default within a node, vader).
+MPI_TRANSPORTS = {"mpi": ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"],
+                  "mpi-local": ["--mca", "btl", "vader,self"]}
+
+
+def measure_mpi(args, transport):
+    """Horovod's MPI operations between two ranks on this machine, over `transport` (MPI_TRANSPORTS)."""
     command = mpirun.command(["127.0.0.1", "127.0.0.1"], [sys.executable, PROBE, *probe_flags(args, "collective")])
-    command[1:1] = ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", "-x",
-                    "HOROVOD_CPU_OPERATIONS=MPI", "-x", f"PYTHONPATH={launch.REPO}"]
+    command[1:1] = [*MPI_TRANSPORTS[transport], "-x", "HOROVOD_CPU_OPERATIONS=MPI", "-x",
+                    f"PYTHONPATH={launch.REPO}"]
     return run_probe([tasks.Task("mpirun", command)], LocalProcess(), timings_file(args, "collective"))
 
 
-def protocols(grpc, gloo, mpi, tensors):
+def protocols(grpc, collectives, tensors):
     """The fitted protocols from the probes' timings. Two ranks: an allreduce sends the tensor's size once per
     rank (2 (N-1)/N of it), an allgather its own share."""
     small_one = np.median(next(iter(grpc["pull_one_small"].values())))
     small_many = np.median(next(iter(grpc["pull_many_small"].values())))
     found = {"grpc": {"pull": fit(grpc["pull"], lambda size: size), "push": fit(grpc["push"], lambda size: size),
                       "message_seconds": max(float(small_many - small_one) / (tensors - 1), 0.0)}}
-    for name, timings in (("gloo", gloo), ("mpi", mpi)):
-        if timings:
-            found[name] = {operation: fit(timings[operation], lambda size: size)
-                           for operation in ("allreduce", "allgather")}
+    for name, timings in collectives.items():
+        found[name] = {operation: fit(timings[operation], lambda size: size) for operation in ("allreduce", "allgather")}
     return found
 
 
@@ -172,14 +177,14 @@ def measure_rows(args):
 def measure(args):
     cpus = os.sched_getaffinity(0)
     grpc, gloo = measure_grpc_and_gloo(args)
-    mpi = measure_mpi(args) if args.mpi else None
+    collectives = {"gloo": gloo, **({name: measure_mpi(args, name) for name in MPI_TRANSPORTS} if args.mpi else {})}
     os.sched_setaffinity(0, {min(cpus)})
     try:
         rows = measure_rows(args)
     finally:
         os.sched_setaffinity(0, cpus)
     return {"machine": environment.machine(), "sizes": args.sizes, "repeats": args.repeats,
-            "protocols": protocols(grpc, gloo, mpi, 64), "rows": rows}
+            "protocols": protocols(grpc, collectives, 64), "rows": rows}
 
 
 def load(results_dir):

@@ -22,14 +22,32 @@ from harness.experiments import RUNS
 from harness.starters import netns
 import numpy as np
 
-from bench import traffic
+from bench import costs, traffic
 
-# Parallax's LM1B example (snuspl/parallax examples/lm1b) and its README's benchmark cluster.
+# Parallax's LM1B example (snuspl/parallax examples/lm1b) and its README's benchmark cluster: 6 TITAN Xp a
+# machine, "Mellanox ConnectX-4 cards with 100Gbps InfiniBand" (README.md).
 PARALLAX_LM1B = {"vocab": 793_470, "embedding": 512, "lstm": 2048, "projection": 512, "sampled": 8192,
-                 "batch_per_gpu": 128, "num_steps": 20, "gpus_per_machine": 6, "machines": 8, "partitions": 32,
-                 "link": "100gbit"}
-# Parallax's README figure at 8 machines (48 GPUs), words/sec, as read off the figure.
-PARALLAX_PUBLISHED = {"tf": 100_000, "horovod": 40_000, "parallax": 277_000}
+                 "batch_per_gpu": 128, "num_steps": 20, "gpus_per_machine": 6, "partitions": 32, "link": "100gbit"}
+# Its README figure (doc/figure/benchmark.png), LM1B words/sec at 1, 2, 4 and 8 machines, read off the bars
+# (about +-5%).
+PARALLAX_MACHINES = (1, 2, 4, 8)
+PARALLAX_PUBLISHED = {"ps": (88_000, 128_000, 147_000, 101_000), "allreduce": (68_000, 47_000, 43_000, 40_000),
+                      "hybrid": (88_000, 150_000, 250_000, 277_000)}
+# How its experiments moved each operation's tensors (parallax/run_parallax_exp.py on branch exp, and
+# doc/installation.md), written down before any comparison:
+#   pull, push  TensorFlow's runtime with --protocol=grpc+verbs: tensors by RDMA over InfiniBand, at the link's
+#               rate; each tensor still a message of the runtime, at gRPC's cost of a message measured here
+#   allreduce   Horovod 0.11.2 built with HOROVOD_GPU_ALLREDUCE=NCCL: GPU to GPU at the link's rate; a
+#               collective's fixed cost (Horovod's negotiation over MPI) as measured here for MPI
+#   allgather   the same Horovod's sparse path, MPI_Allgatherv on the CPU, mpirun -mca btl_tcp_if_include
+#               enp129s0f0: MPI over TCP at the rate and fixed cost measured here (the interface's speed is not
+#               published); between the ranks of one machine MPI's shared memory (its default within a node),
+#               measured here
+# The sparse rows travel as gathered, repeats included: TensorFlow 1's IndexedSlices and Horovod's allgather
+# send them undeduplicated (model.worker_gradients here deduplicates first). The parameter servers' CPU work
+# is measured here, one core per part (TensorFlow runs the parts' independent updates at once); the workers'
+# own update runs on their GPUs, in the compute term.
+PARALLAX_TRANSPORTS = {"pull": "verbs", "push": "verbs", "allreduce": "nccl", "allgather": "mpi"}
 MACHINES = (8, 16, 32, 48)  # 48: Parallax's largest cluster (8 machines of 6 GPUs)
 
 
@@ -56,7 +74,8 @@ def log_uniform_sample(rng, vocab, count):
 
 def parallax_lm1b_rows(p, workers, seed=1):
     """One step's rows per worker on a Zipf corpus (LM1B's vocabulary is sorted by frequency too): the
-    embedding looks up the batch's words; the softmax gathers its targets and 8,192 sampled classes."""
+    embedding looks up the batch's words; the softmax gathers its targets and 8,192 sampled classes. Each
+    gradient holds its rows as gathered, repeats included, as TensorFlow 1 sent them."""
     tokens = data.synthetic_tokens(p["vocab"], seed)
     words = p["batch_per_gpu"] * p["num_steps"]
     rng = np.random.default_rng(seed)
@@ -64,8 +83,8 @@ def parallax_lm1b_rows(p, workers, seed=1):
     for w in range(workers):
         batch = tokens[(w * words) % (len(tokens) - words):][:words]
         gathered = np.concatenate([batch, log_uniform_sample(rng, p["vocab"], p["sampled"])])
-        step.append({"embedding": (batch, np.unique(batch)), "softmax_w": (gathered, np.unique(gathered)),
-                     "softmax_b": (gathered, np.unique(gathered))})
+        step.append({"embedding": (batch, batch), "softmax_w": (gathered, gathered),
+                     "softmax_b": (gathered, gathered)})
     return traffic.Rows([step])
 
 
@@ -138,34 +157,69 @@ def measured_compute(args):
                              f"--compute_seconds")
 
 
+def parallax_costs(measured):
+    """The costs of Parallax's cluster (PARALLAX_TRANSPORTS) from bench.costs's measurements here."""
+    here = traffic.Costs.measured(measured, collective="mpi")
+    return traffic.Costs(rates={"mpi": here.rates["mpi"], "mpi-local": here.rates["mpi-local"]},
+                         message_seconds={"verbs": here.message_seconds["grpc"], "nccl": here.message_seconds["mpi"],
+                                          "mpi": here.message_seconds["mpi"],
+                                          "mpi-local": here.message_seconds["mpi-local"]},
+                         local_transports={"mpi": "mpi-local"},
+                         deduplicate_seconds_per_byte=here.deduplicate_seconds_per_byte,
+                         apply_seconds_per_byte=here.apply_seconds_per_byte,
+                         add_seconds_per_byte=here.add_seconds_per_byte, transports=PARALLAX_TRANSPORTS,
+                         parallel_parts=True, accelerated_workers=True)
+
+
+def parallax_terms(architecture, machines, costs):
+    """(network seconds, the servers' update seconds) of a step of Parallax's LM1B on `machines` machines."""
+    p = PARALLAX_LM1B
+    workers = machines * p["gpus_per_machine"]
+    machine_of = {**{f"worker{w}": w // p["gpus_per_machine"] for w in range(workers)},
+                  **{f"ps{m}": m for m in range(machines)}}
+    _, network, update = traffic.predict(architecture, parallax_lm1b_variables(p), parallax_lm1b_rows(p, workers),
+                                         workers, machines, machine_of,
+                                         netns.Link.parse(p["link"]).bits_per_second / 8, p["partitions"],
+                                         costs=costs)
+    return network, update
+
+
 def parallax(args):
-    """Parallax's LM1B on its 8 machines. Its 1-machine throughput is not given here (the README's figure is a
-    picture), so the compute time is calibrated from one published point, the hybrid at 8 machines, unless
-    --compute_seconds is given; the model then predicts the other architectures."""
-    p = dict(PARALLAX_LM1B)
-    link = netns.Link.parse(p["link"])
-    variables = parallax_lm1b_variables(p)
-    workers = p["machines"] * p["gpus_per_machine"]
-    rows = parallax_lm1b_rows(p, workers)
-    words = p["batch_per_gpu"] * p["num_steps"]
-    shape = (variables, rows, p["machines"], p["gpus_per_machine"], link)
-    _, hybrid_network = predict(RUNS["parallax"].traffic, *shape, 1.0, words, p["partitions"])
-    compute = args.compute_seconds or workers * words / PARALLAX_PUBLISHED["parallax"] - hybrid_network
-    print(f"Parallax LM1B: {p['machines']} machines x {p['gpus_per_machine']} GPUs, {p['link']} links, vocabulary "
+    """Parallax's twelve published points against the model: the compute time calibrated on exactly one, the
+    hybrid at one machine, every other constant measured here or published (PARALLAX_TRANSPORTS). Beside them,
+    the bytes-only model calibrated the same way."""
+    measured = costs.load(args.results_dir)
+    if not measured:
+        raise harness.UsageError(f"no protocol costs of this machine in {args.results_dir}: run python -m "
+                                 f"bench.costs first")
+    p = PARALLAX_LM1B
+    words = p["gpus_per_machine"] * p["batch_per_gpu"] * p["num_steps"]
+    models = {"costed": parallax_costs(measured), "bytes only": traffic.Costs(transports=PARALLAX_TRANSPORTS)}
+    compute = {name: args.compute_seconds or words / PARALLAX_PUBLISHED["hybrid"][0] - sum(parallax_terms(
+        "hybrid", 1, model_costs)) for name, model_costs in models.items()}
+    print(f"Parallax LM1B: 1-8 machines x {p['gpus_per_machine']} GPUs, {p['link']} links, vocabulary "
           f"{p['vocab']:,}, batch {p['batch_per_gpu']} x {p['num_steps']} per GPU, {p['partitions']} partitions; "
-          f"compute {compute:.3f} s per step "
-          f"({'given' if args.compute_seconds else 'calibrated on the hybrid figure'})")
-    print(f"{'architecture':36s} {'predicted':>10s} {'published':>10s} {'pred/pub':>8s} {'network':>12s} "
-          f"{'rate that would explain it':>26s}")
-    for name in experiments.SYNCHRONOUS:
-        rate, network = predict(RUNS[name].traffic, *shape, compute, words, p["partitions"])
-        published = PARALLAX_PUBLISHED.get(name)
-        explain = ""
-        if published:
-            spare = workers * words / published - compute  # seconds the published step leaves for the network
-            explain = (f"{network * link.bits_per_second / spare / 1e9:.1f} Gbit/s" if spare > 0 else "none")
-        print(f"{RUNS[name].title:36s} {rate:10,.0f} {f'{published:,}' if published else '-':>10s} "
-              f"{f'{rate / published:.2f}' if published else '-':>8s} {network * 1e3:9.1f} ms {explain:>26s}")
+          f"compute {compute['costed']:.4f} s per step "
+          f"({'given' if args.compute_seconds else 'calibrated on the hybrid at 1 machine'})")
+    print(f"{'architecture':12s} {'machines':>8s} {'predicted':>10s} {'published':>10s} {'pred/pub':>8s} "
+          f"{'network':>10s} {'servers':>9s} {'bytes only':>10s}")
+    records = []
+    for architecture, published in PARALLAX_PUBLISHED.items():
+        for machines, figure in zip(PARALLAX_MACHINES, published):
+            words_per_step = machines * words
+            network, update = parallax_terms(architecture, machines, models["costed"])
+            rate = words_per_step / (compute["costed"] + network + update)
+            bytes_only = words_per_step / (compute["bytes only"] + sum(parallax_terms(architecture, machines,
+                                                                                      models["bytes only"])))
+            records.append({"architecture": architecture, "machines": machines, "predicted_words_per_sec": rate,
+                            "published_words_per_sec": figure, "compute_seconds": compute["costed"],
+                            "network_seconds": network, "update_seconds": update,
+                            "bytes_only_words_per_sec": bytes_only})
+            print(f"{architecture:12s} {machines:8d} {rate:10,.0f} {figure:10,} {rate / figure:8.2f} "
+                  f"{network * 1e3:7.1f} ms {update * 1e3:6.1f} ms {bytes_only / figure:10.2f}")
+    path = os.path.join(args.results_dir, results.PARALLAX)
+    results.write_lines(path, records, "parallax point")
+    print(f"-> {path}")
 
 
 def main():

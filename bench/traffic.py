@@ -1,6 +1,7 @@
 """The traffic model: the bytes each machine sends and receives per training step, for each architecture, from
 the variables' shapes, the kinds of their gradients and the rows each step touches. docs/bench.md derives the
-formulas; here they are written as flows, (from task, to task, bytes, phase), and a flow counts on a machine's
+formulas; here they are written as flows, (from task, to task, bytes, phase, operation: pull, push, allreduce
+or allgather), and a flow counts on a machine's
 link only when its two tasks are on different machines. Flows of one phase run at the same time; the phases of
 a step one after the other (a parameter-server worker pushes its gradients only after it has pulled the
 variables and computed), so a step's network time is the sum over phases of the busiest link direction's
@@ -8,7 +9,7 @@ bytes in that phase divided by the rate.
 
     variables = model_variables(config)                           # shapes and gradient kinds
     rows = touched_rows(config, args, variables, num_workers)     # what the sparse gradients touch
-    flows("hybrid", variables, rows.steps[0], num_workers, num_ps)  # [(from, to, bytes, phase)]
+    flows("hybrid", variables, rows.steps[0], num_workers, num_ps)  # [(from, to, bytes, phase, operation)]
     predict("hybrid", variables, rows, num_workers, num_ps, machine_of, bytes_per_second)
                                               # ([(sent, received)] per machine, network seconds) per step
 """
@@ -101,6 +102,7 @@ def _count(indices, rows):
     return int(np.count_nonzero(inside))
 
 
+COLLECTIVES = ("allreduce", "allgather")
 COLLECTIVE_PROBE_RANKS = 2  # bench/costs.py times a collective of two ranks
 PULL, EXCHANGE = "pull", "exchange"  # the phases: reading variables; then sending gradients (and collectives)
 
@@ -111,7 +113,7 @@ def _ring(num_workers, chunk_bytes):
     if num_workers == 1 or not chunk_bytes:
         return []
     return [(f"worker{r}", f"worker{(r + 1) % num_workers}", 2 * (num_workers - 1) / num_workers * chunk_bytes,
-             EXCHANGE) for r in range(num_workers)]
+             EXCHANGE, "allreduce") for r in range(num_workers)]
 
 
 def _ring_allgather(chunks):
@@ -119,12 +121,13 @@ def _ring_allgather(chunks):
     n = len(chunks)
     if n == 1:
         return []
-    return [(f"worker{r}", f"worker{(r + 1) % n}", sum(chunks) - chunks[(r + 1) % n], EXCHANGE) for r in range(n)]
+    return [(f"worker{r}", f"worker{(r + 1) % n}", sum(chunks) - chunks[(r + 1) % n], EXCHANGE, "allgather")
+            for r in range(n)]
 
 
 def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None,
           strategy="mod"):
-    """[(from task, to task, bytes, phase)] of one step (`step_rows`: one element of Rows.steps), for:
+    """[(from task, to task, bytes, phase, operation)] of one step (`step_rows`: one element of Rows.steps), for:
 
     ps               run_tf.py: every variable on the parameter servers; each worker pulls the dense variables
                      whole and the rows it looks up, and pushes its dense gradients whole and its distinct
@@ -159,15 +162,15 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
         ps = f"ps{p}"
         for w in range(num_workers):
             if v.kind == "dense":
-                found += [(ps, f"worker{w}", v.bytes, PULL), (f"worker{w}", ps, v.bytes, EXCHANGE)]
+                found += [(ps, f"worker{w}", v.bytes, PULL, "pull"), (f"worker{w}", ps, v.bytes, EXCHANGE, "push")]
             else:
                 gathered = _count(step_rows[w][v.name][0], rows)
-                found += [(f"worker{w}", ps, gathered * INDEX_BYTES, PULL),
-                          (ps, f"worker{w}", gathered * v.row_bytes, PULL)]
+                found += [(f"worker{w}", ps, gathered * INDEX_BYTES, PULL, "pull"),
+                          (ps, f"worker{w}", gathered * v.row_bytes, PULL, "pull")]
         for group in (groups if v.kind == "sparse" else []):
             distinct = np.unique(np.concatenate([step_rows[w][v.name][1] for w in group]))
             found.append((f"worker{group[0]}", ps, _count(distinct, rows) * (v.row_bytes + INDEX_BYTES),
-                          EXCHANGE))
+                          EXCHANGE, "push"))
     return found
 
 
@@ -177,11 +180,16 @@ def link_bytes(step_flows, machine_of, phase=None):
     it (loopback)."""
     machines = max(machine_of.values()) + 1
     sent, received = [0.0] * machines, [0.0] * machines
-    for source, destination, size, flow_phase in step_flows:
+    for source, destination, size, flow_phase, _ in step_flows:
         if machine_of[source] != machine_of[destination] and phase in (None, flow_phase):
             sent[machine_of[source]] += size
             received[machine_of[destination]] += size
     return list(zip(sent, received))
+
+
+def transports(collective="gloo"):
+    """The transport of each operation: gRPC between workers and parameter servers, `collective` for Horovod."""
+    return {"pull": "grpc", "push": "grpc", "allreduce": collective, "allgather": collective}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,8 +204,11 @@ class Costs:
     deduplicate_seconds_per_byte: float = 0.0
     apply_seconds_per_byte: float = 0.0
     add_seconds_per_byte: float = 0.0
-    collective: str = "gloo"  # the transport of Horovod's collectives
+    transports: dict = dataclasses.field(default_factory=transports)  # a flow's operation: its transport
     shared_cores: bool = False  # every machine's tasks on this machine's cores (the emulated cluster)
+    local_transports: dict = dataclasses.field(default_factory=dict)  # transport: its own within a machine
+    parallel_parts: bool = False  # a server updates its parts at once, each on a core of its own
+    accelerated_workers: bool = False  # the workers' own update runs on accelerators (in the compute term)
 
     @classmethod
     def measured(cls, costs, collective="gloo", shared_cores=False):
@@ -207,48 +218,54 @@ class Costs:
         grpc = protocols["grpc"]
         rates = {"grpc": min(grpc["pull"]["bytes_per_second"], grpc["push"]["bytes_per_second"])}
         messages = {"grpc": grpc["message_seconds"]}
-        for name in ("gloo", "mpi"):
+        for name in ("gloo", "mpi", "mpi-local"):
             if name in protocols:
                 rates[name] = min(op["bytes_per_second"] for op in protocols[name].values())
                 messages[name] = max(op["fixed_seconds"] for op in protocols[name].values())
         return cls(rates, messages, rows["deduplicate"]["seconds_per_byte"], rows["apply"]["seconds_per_byte"],
-                   rows["add"]["seconds_per_byte"], collective, shared_cores)
-
-    def transport(self, source, destination):
-        return "grpc" if source.startswith("ps") or destination.startswith("ps") else self.collective
+                   rows["add"]["seconds_per_byte"], transports(collective), shared_cores)
 
 
 def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
     """The step's time on the network, summed over its phases. A phase takes its busiest link direction's time:
     each flow's bytes at the slower of the link's rate and its protocol's, plus its protocol's cost of a message
-    (a flow is one message). Where every machine's tasks share this machine's cores (costs.shared_cores: the
-    emulated cluster), the phase takes at least the protocols' work of all its flows, loopback ones included,
-    one after another at the measured rates (a collective's rate was measured with two ranks working at once:
-    each rank's flow takes half of it). With Costs(), the busiest direction's bytes / the link's rate."""
+    (a flow is one message). A flow within a machine is free, unless its transport has one of its own there
+    (costs.local_transports: MPI through shared memory), whose work its sender does. Where every machine's tasks
+    share this machine's cores (costs.shared_cores: the emulated cluster), the phase takes at least the
+    protocols' work of all its flows, loopback ones included, one after another at the measured rates (a
+    collective's rate was measured with two ranks working at once: each rank's flow takes half of it). With
+    Costs(), the busiest direction's bytes / the link's rate."""
     total = 0.0
     for phase in (PULL, EXCHANGE):
-        busiest, shared = {}, 0.0
-        for source, destination, size, flow_phase in step_flows:
+        busiest, shared, local = {}, 0.0, {}
+        for source, destination, size, flow_phase, operation in step_flows:
             if flow_phase != phase:
                 continue
-            transport = costs.transport(source, destination)
+            transport = costs.transports[operation]
             rate, message = costs.rates.get(transport, float("inf")), costs.message_seconds.get(transport, 0.0)
-            shared += (size / rate + message) / (1 if transport == "grpc" else COLLECTIVE_PROBE_RANKS)
+            shared += (size / rate + message) / (COLLECTIVE_PROBE_RANKS if operation in COLLECTIVES else 1)
             if machine_of[source] == machine_of[destination]:
+                if transport in costs.local_transports:
+                    within = costs.local_transports[transport]
+                    local[source] = local.get(source, 0.0) + size / costs.rates.get(within, float("inf")) + \
+                        costs.message_seconds.get(within, 0.0)
                 continue
             seconds = size / min(bytes_per_second, rate) + message
             for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
                 busiest[direction] = busiest.get(direction, 0.0) + seconds
-        total += max(max(busiest.values(), default=0.0), shared if costs.shared_cores else 0.0)
+        total += max(max(busiest.values(), default=0.0), max(local.values(), default=0.0),
+                     shared if costs.shared_cores else 0.0)
     return total
 
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",
                    costs=Costs()):
-    """The CPU time of the update beyond one device's (which the compute term, run.py's step, holds): on the
+    """The CPU time of the update beyond one device's (which the compute term, run.py's step, holds), on the
     busiest task that applies it. A parameter server adds its workers' dense gradients, deduplicates the rows
-    they push to it and applies them; under allreduce every worker deduplicates every worker's rows and applies
-    them all (a ring allreduce adds inside the collective, in the protocol's rate)."""
+    they push to it and applies them, part after part (costs.parallel_parts: each part on a core of its own);
+    under allreduce every worker deduplicates every worker's rows and applies them all (a ring allreduce adds
+    inside the collective, in the protocol's rate). With costs.accelerated_workers the workers' share runs on
+    their accelerators, in the compute term."""
     sparse = [v for v in variables if v.kind == "sparse"]
     dense = [v for v in variables if v.kind == "dense"]
 
@@ -258,10 +275,11 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
 
     def row_bytes(v, w):
         return len(step_rows[w][v.name][1]) * v.row_bytes
-    own = work(sum(row_bytes(v, 0) for v in sparse), sum(row_bytes(v, 0) for v in sparse),
-               dense_applied=sum(v.bytes for v in dense))
+    own = 0.0 if costs.accelerated_workers else work(sum(row_bytes(v, 0) for v in sparse),
+                                                     sum(row_bytes(v, 0) for v in sparse),
+                                                     dense_applied=sum(v.bytes for v in dense))
     if architecture in ("allreduce", "allreduce-dense"):
-        if architecture == "allreduce-dense":
+        if architecture == "allreduce-dense" or costs.accelerated_workers:
             return 0.0  # every gradient dense, added in the collective; applied as on one device
         union = sum(len(np.unique(np.concatenate([step_rows[w][v.name][1] for w in range(num_workers)])))
                     * v.row_bytes for v in sparse)
@@ -271,17 +289,20 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     on_ps = variables if architecture == "ps" else sparse
     placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions, strategy)]
     greedy = placement.GreedyBySize(num_ps)  # the runners' placement
-    per_server = [0.0] * num_ps
+    per_server = [[] for _ in range(num_ps)]
     for v, rows in placed_parts:
         p = greedy.add(len(rows) * v.row_bytes)
         if v.kind == "dense":
-            per_server[p] += work(0, 0, (num_workers - 1) * v.bytes, v.bytes)
+            per_server[p].append(work(0, 0, (num_workers - 1) * v.bytes, v.bytes))
         else:
             pushed = [step_rows[w][v.name][1] for w in range(num_workers)]
-            per_server[p] += work(sum(_count(u, rows) for u in pushed) * v.row_bytes,
-                                  _count(np.unique(np.concatenate(pushed)), rows) * v.row_bytes)
-    replicated = 0.0 if architecture == "ps" else work(0, 0, dense_applied=sum(v.bytes for v in dense))
-    return max(max(per_server) + replicated - own, 0.0)
+            per_server[p].append(work(sum(_count(u, rows) for u in pushed) * v.row_bytes,
+                                      _count(np.unique(np.concatenate(pushed)), rows) * v.row_bytes))
+    server = max((max(work_of_parts, default=0.0) if costs.parallel_parts else sum(work_of_parts))
+                 for work_of_parts in per_server)
+    replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
+        work(0, 0, dense_applied=sum(v.bytes for v in dense))
+    return max(server + replicated - own, 0.0)
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,

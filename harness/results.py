@@ -17,7 +17,7 @@ file that looks finished. A reader gets ResultsError naming the file (and line) 
 import json
 import os
 
-VERIFY, BENCH, PREDICTIONS = "verify.json", "bench.jsonl", "bench-predict.jsonl"
+VERIFY, BENCH, PREDICTIONS, PARALLAX = "verify.json", "bench.jsonl", "bench-predict.jsonl", "bench-parallax.jsonl"
 OVERHEAD, PARTITION_SEARCH = "bench-overhead.json", "partition-search.json"
 NOT_RUN_SUMMARIES = {VERIFY, OVERHEAD, PARTITION_SEARCH}
 
@@ -54,6 +54,7 @@ FIELDS = {
     "measured bench": {"": ["throughput", "measured_bytes_per_step", "compute_seconds", "network_seconds",
                             "bound_seconds"], "throughput": THROUGHPUT},
     "prediction": {"": ["runner", "config", "workers", "machines", "link", "words_per_sec"]},
+    "parallax point": {"": ["architecture", "machines", "predicted_words_per_sec", "published_words_per_sec"]},
 }
 
 
