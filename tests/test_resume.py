@@ -146,19 +146,29 @@ def launch(architecture, *flags, cwd, launcher_flags=()):
                           timeout=600)
 
 
+def killed_and_resumed(architecture, fault, resumed_from, reference, work, launcher_flags=()):
+    """Runs `architecture` with a checkpoint every 10 steps until the launcher kills task `fault` ("ps1:24"),
+    then resumes it with the same launcher flags: it must say it resumed after step `resumed_from` and end
+    bit for bit as the `reference` run's checkpoint. Returns the resumed run."""
+    task = fault.split(":")[0]
+    killed = launch(architecture, "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=work,
+                    launcher_flags=[*launcher_flags, f"--fault={fault}"])
+    assert killed.returncode == 1 and f"task {task} was killed by signal 9" in killed.stderr, killed.stderr
+    assert not (work / f"results/run_{architecture}.json").exists()
+    resumed = launch(architecture, "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=work,
+                     launcher_flags=launcher_flags)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"resume: from ckpt/model.ckpt-{resumed_from} (after step {resumed_from})" in resumed.stdout
+    expected, other = checkpoint_tensors(reference), checkpoint_tensors(work / "ckpt")
+    assert all(bit_identical(expected[name], other[name]) for name in expected)
+    return resumed
+
+
 def test_horovod_killed_in_one_worker_and_resumed_ends_as_the_reference(uninterrupted, tmp_path):
     """The launcher kills worker1 after step 17; resumed, every rank starts from rank
     0's checkpoint after step 10 (its variables, every worker's rows of the LSTM state) and the run ends bit
     for bit as run.py's two emulated workers end."""
-    killed = launch("horovod", "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=tmp_path,
-                    launcher_flags=["--fault=worker1:17"])
-    assert killed.returncode == 1 and "task worker1 was killed by signal 9" in killed.stderr, killed.stderr
-    assert not (tmp_path / "results/run_horovod.json").exists()
-    resumed = launch("horovod", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
-    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
-    assert all(bit_identical(reference[name], other[name]) for name in reference)
+    killed_and_resumed("horovod", "worker1:17", 10, uninterrupted / "ckpt", tmp_path)
     assert [r["step"] for r in read_jsonl(tmp_path / "results/run_horovod.jsonl")] == list(range(30))
 
 
@@ -172,28 +182,13 @@ def test_a_bad_fault_is_one_line_and_exit_2(tmp_path, assert_usage_error, fault,
 def test_parameter_servers_killed_in_one_worker_and_resumed_end_as_the_reference(uninterrupted, tmp_path):
     """The same for run_tf.py, with the second of two parameter servers killed: the chief gathers the workers'
     states through queues on the first server for its checkpoints, and hands each its rows on resume."""
-    ps = ["--ps=2"]
-    killed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=tmp_path,
-                    launcher_flags=[*ps, "--fault=ps1:24"])
-    assert killed.returncode == 1 and "task ps1 was killed by signal 9" in killed.stderr, killed.stderr
-    resumed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path, launcher_flags=ps)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resume: from ckpt/model.ckpt-20 (after step 20)" in resumed.stdout
-    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
-    assert all(bit_identical(reference[name], other[name]) for name in reference)
+    killed_and_resumed("tf", "ps1:24", 20, uninterrupted / "ckpt", tmp_path, launcher_flags=["--ps=2"])
 
 
 def test_the_hybrid_killed_in_one_worker_and_resumed_ends_as_the_reference(uninterrupted, tmp_path):
     """The same for run_parallax.py: the chief restores its dense replicas, which Horovod broadcasts as at the
     start, and the sparse variables on the parameter servers."""
-    killed = launch("parallax", "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=tmp_path,
-                    launcher_flags=["--fault=worker0:12"])
-    assert killed.returncode == 1 and "task worker0 was killed by signal 9" in killed.stderr, killed.stderr
-    resumed = launch("parallax", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
-    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
-    assert all(bit_identical(reference[name], other[name]) for name in reference)
+    killed_and_resumed("parallax", "worker0:12", 10, uninterrupted / "ckpt", tmp_path)
 
 
 def test_asynchronous_parameter_servers_resume_and_train_on(tmp_path):
@@ -226,28 +221,14 @@ def test_parameter_servers_at_four_workers_resume_bit_identical(tmp_path):
     four = [f for f in TINY if not f.startswith("--emulate_workers")]
     reference = run_script("run.py", *four, "--emulate_workers=4", "--ckpt_dir=reference", cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr
-    tf_flags = ["--ckpt_dir=ckpt", "--save_every=10", "--log_every=1"]
-    killed = launch("tf", *tf_flags, cwd=tmp_path, launcher_flags=["--workers=4", "--fault=worker3:15"])
-    assert killed.returncode == 1 and "task worker3 was killed by signal 9" in killed.stderr, killed.stderr
-    resumed = launch("tf", *tf_flags, "--resume", cwd=tmp_path, launcher_flags=["--workers=4"])
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    expected, other = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "ckpt")
-    assert all(bit_identical(expected[name], other[name]) for name in expected)
+    killed_and_resumed("tf", "worker3:15", 10, tmp_path / "reference", tmp_path, launcher_flags=["--workers=4"])
 
 
 def test_a_run_resumed_in_the_emulated_cluster_measures_its_bytes_after_the_restart(uninterrupted, tmp_path):
     """Under --net (every machine a network namespace, tc-shaped links): ps0 is killed after step 16 and the run
     resumed from step 10 in a new cluster. It ends as the reference, and its byte window is the steps measured
     after the restart: from the end of the restart's own 5 warm-up steps to the last."""
-    net = ["--net=1gbit"]
-    killed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=tmp_path,
-                    launcher_flags=[*net, "--fault=ps0:16"])
-    assert killed.returncode == 1 and "task ps0 was killed by signal 9" in killed.stderr, killed.stderr
-    resumed = launch("tf", "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path, launcher_flags=net)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
-    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
-    assert all(bit_identical(reference[name], other[name]) for name in reference)
+    killed_and_resumed("tf", "ps0:16", 10, uninterrupted / "ckpt", tmp_path, launcher_flags=["--net=1gbit"])
     network = json.loads((tmp_path / "results/run_tf.network.json").read_text())
     assert (network["from_step"], network["to_step"]) == (15, 30)
     assert all(machine["sent_bytes_per_step"] > 0 for machine in network["machines"])
