@@ -5,6 +5,7 @@
     <run>.json, .jsonl     every run's summary and its steps            -> Results.runs
     bench.jsonl            make bench, one line per benchmarked run     -> Results.bench (None: not run)
     bench-predict.jsonl    python -m bench.predict's extrapolation      -> Results.predictions (None: not run)
+    bench-parallax.jsonl   bench.predict --parallax's twelve points     -> Results.parallax (None: not run)
 
 Anything that cannot be read is a ResultsError naming the file (and line): the report is never built from
 half of a file.
@@ -69,12 +70,23 @@ class Prediction:
 
 
 @dataclasses.dataclass
+class ParallaxPoint:
+    """One point of Parallax's published LM1B figure with the model's prediction (bench.predict --parallax)."""
+    architecture: str             # ps, allreduce, hybrid
+    machines: int
+    predicted: float              # words/sec
+    published: float
+    bytes_only: float | None      # the bytes-only model's prediction
+
+
+@dataclasses.dataclass
 class Results:
     directory: str
     verify: dict | None
     runs: dict            # run_name -> Run
     bench: list | None    # [BenchRow]; None when bench.jsonl does not exist
     predictions: list | None
+    parallax: list | None  # [ParallaxPoint]
 
     def verify_run(self, name):
         """The Run behind verify.json's run `name` (verify names its runs verify-<name>), or None."""
@@ -99,7 +111,8 @@ def load(directory):
         steps = results.read_lines(steps_path, "step") if os.path.exists(steps_path) else []
         runs[name] = Run(name, summary, [record for _, record in steps])
     return Results(directory, verify, runs, _optional_lines(directory, results.BENCH, "bench", _bench_row),
-                   _optional_lines(directory, results.PREDICTIONS, "prediction", _prediction))
+                   _optional_lines(directory, results.PREDICTIONS, "prediction", _prediction),
+                   _optional_lines(directory, results.PARALLAX, "parallax point", _parallax_point))
 
 
 def _optional_lines(directory, filename, kind, parse):
@@ -143,6 +156,13 @@ def _prediction(record):
     return Prediction(name=palette.key(str(record["runner"])), config=_config_name(record["config"]), workers=int(record["workers"]),
                       machines=_int_or_none(record.get("machines")),
                       link=record.get("link"), words_per_sec=float(record["words_per_sec"]))
+
+
+def _parallax_point(record):
+    return ParallaxPoint(architecture=str(record["architecture"]), machines=int(record["machines"]),
+                         predicted=float(record["predicted_words_per_sec"]),
+                         published=float(record["published_words_per_sec"]),
+                         bytes_only=_float_or_none(record.get("bytes_only_words_per_sec")))
 
 
 def _config_name(config):

@@ -138,3 +138,30 @@ def extrapolation(predictions, path):
     speedups.set(xlabel="workers", ylabel="speedup of parallax (x)", title="Parallax against the others")
     speedups.legend()
     _save(figure, path)
+
+
+# The runner whose colour draws each of Parallax's architectures.
+PARALLAX_COLOURS = {"ps": "tf", "allreduce": "horovod", "hybrid": "parallax"}
+
+
+def parallax_points(points, path):
+    """Parallax's published LM1B words/sec against machines (markers), the model's prediction through them
+    (solid) and the bytes-only model's (dotted), one colour per architecture."""
+    figure, axes = plt.subplots(figsize=WIDE)
+    by_architecture = {}
+    for p in sorted(points, key=lambda p: p.machines):
+        by_architecture.setdefault(p.architecture, []).append(p)
+    for architecture, line in by_architecture.items():
+        colour = palette.colour(PARALLAX_COLOURS.get(architecture, architecture))
+        machines = [p.machines for p in line]
+        axes.scatter(machines, [p.published for p in line], color=colour, marker="*", s=90, edgecolor="black",
+                     zorder=3, label=f"{architecture}, published")
+        axes.plot(machines, [p.predicted for p in line], color=colour, marker="o", markersize=3,
+                  label=f"{architecture}, model")
+        if all(p.bytes_only is not None for p in line):
+            axes.plot(machines, [p.bytes_only for p in line], color=colour, linestyle=":", linewidth=1,
+                      label=f"{architecture}, bytes only")
+    axes.set(xlabel="machines (6 GPUs each)", ylabel="words/sec", yscale="log",
+             title="Parallax's LM1B figure against the model (bench.predict --parallax)")
+    axes.legend(fontsize="small", ncol=3)
+    _save(figure, path)

@@ -5,6 +5,7 @@ from reporting import analysis, blocks, plots
 
 BENCH_MISSING = "bench not run: make bench"
 PREDICT_MISSING = "extrapolation not run: python -m bench.predict"
+PARALLAX_MISSING = "Parallax's figure not predicted: python -m bench.costs && python -m bench.predict --parallax"
 
 
 def throughput_section(results, figure_dir):
@@ -19,6 +20,7 @@ def throughput_section(results, figure_dir):
         parts += verify_throughput(verify, os.path.join(figure_dir, "verify-throughput.svg"))
     parts.append(blocks.subheading("The benchmark: emulated clusters"))
     parts += bench(results, figure_dir)
+    parts += parallax(results, figure_dir)
     return blocks.section("Throughput", *parts)
 
 
@@ -82,6 +84,25 @@ def bench(results, figure_dir):
                                          "batch per worker fixed), with Parallax's published speedups on NLP models at "
                                          f"{published['gpus']} GPUs as stars (arXiv:1808.02621: "
                                          + ", ".join(f"{v}x over {k}" for k, v in published["over"].items()) + ")."))
+    return parts
+
+
+def parallax(results, figure_dir):
+    parts = [blocks.subheading("Parallax's published figure")]
+    if results.parallax is None:
+        return parts + [blocks.missing(PARALLAX_MISSING)]
+    parts.append(blocks.table(
+        ["architecture", "machines", "predicted", "published", "pred./pub.", "bytes only / pub."],
+        [[p.architecture, p.machines, blocks.rate(p.predicted), blocks.rate(p.published),
+          f"{p.predicted / p.published:.2f}", _or_dash(p.bytes_only and p.bytes_only / p.published, "{:.2f}".format)]
+         for p in results.parallax],
+        "bench.predict --parallax: Parallax's LM1B words/sec as its README's figure shows them, against the model "
+        "with the transports its experiments used and the costs measured here (compute calibrated on the hybrid "
+        "at one machine), and the bytes-only model calibrated the same way."))
+    path = os.path.join(figure_dir, "bench-parallax.svg")
+    plots.parallax_points(results.parallax, path)
+    parts.append(blocks.figure(path, "Parallax's twelve published points (stars), the model through them (solid) "
+                                     "and the bytes-only model (dotted)."))
     return parts
 
 

@@ -77,6 +77,12 @@ def prediction_lines():
             for workers in (2, 4, 8, 16, 32, 48)]
 
 
+def parallax_lines():
+    return [{"architecture": architecture, "machines": machines, "predicted_words_per_sec": 40_000.0 * machines,
+             "published_words_per_sec": 50_000.0 * machines + offset, "bytes_only_words_per_sec": 90_000.0 * machines}
+            for offset, architecture in enumerate(("ps", "allreduce", "hybrid")) for machines in (1, 2, 4, 8)]
+
+
 def write_lines(path, records):
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
 
@@ -95,6 +101,7 @@ def with_bench(verified, tmp_path_factory):
     shutil.copytree(verified, results, dirs_exist_ok=True)
     write_lines(results / "bench.jsonl", bench_lines(verified))
     write_lines(results / "bench-predict.jsonl", prediction_lines())
+    write_lines(results / "bench-parallax.jsonl", parallax_lines())
     # A run of a config this test does not know, with a field the others lack: the report takes configs from
     # the summaries, whatever they are.
     other = dict(summary(verified, "reference"), run_name="other-config")
@@ -129,6 +136,7 @@ def test_report_states_the_verdicts_and_the_measured_figures(verified, without_b
 def test_results_without_bench_say_so(without_bench):
     text = pdf_text(without_bench)
     assert "bench not run: make bench" in text
+    assert "Parallax's figure not predicted: python -m bench.costs && python -m bench.predict --parallax" in text
 
 
 def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
@@ -148,6 +156,12 @@ def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
     assert "Parallax's published speedups" in text
     assert "extrapolation not run" not in text
     assert "lm1b-like" in text and "num_sampled" in text
+    # Parallax's twelve points: each row with its ratios, and the figure drawn
+    for point in parallax_lines():
+        predicted, published = point["predicted_words_per_sec"], point["published_words_per_sec"]
+        assert (f"{point['architecture']} {point['machines']} {blocks.rate(predicted)} {blocks.rate(published)} "
+                f"{predicted / published:.2f} {point['bytes_only_words_per_sec'] / published:.2f}") in text
+    assert "bench-parallax.svg" in drawn and "Parallax's figure not predicted" not in text
 
 
 def rendered_pages(pdf, out_dir):
