@@ -24,7 +24,6 @@ import contextlib
 import io
 import os
 import sys
-import time
 import types
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
@@ -38,7 +37,9 @@ from harness import environment, flags, launch, results, tasks
 from harness.starters import mpirun, netns
 from harness.starters.local import LocalProcess
 
-PROBE = os.path.join(launch.REPO, "bench", "protocol_probe.py")
+from bench import protocol_probe
+
+PROBE = os.path.abspath(protocol_probe.__file__)
 COSTS = "bench-costs.json"
 SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 << 18]}
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
@@ -49,16 +50,17 @@ def quantiles(seconds):
             "p84": float(np.percentile(seconds, 84))}
 
 
-def fit(timings, wire_bytes):
-    """seconds = fixed + bytes / rate from the medians of `timings` ({size: [seconds]}), where a size's bytes
-    on the wire per rank are wire_bytes(size): the rate from the smallest and the largest size, the fixed cost
-    what the smallest size takes beyond its bytes (a least-squares line would be the largest sizes' alone)."""
-    points = sorted(({"size": int(size), "wire_bytes": wire_bytes(int(size)), **quantiles(seconds)}
-                     for size, seconds in timings.items()), key=lambda p: p["size"])
+def fit(timings):
+    """seconds = fixed + bytes / rate from the medians of `timings` ({size in bytes: [seconds]}): the rate from
+    the smallest and the largest size, the fixed cost what the smallest size takes beyond its bytes (a
+    least-squares line would be the largest sizes' alone). Between two ranks a rank sends its tensor's size in
+    an allreduce (2 (N-1)/N of it) as in an allgather, so the size is the bytes on the wire in every probe."""
+    points = sorted(({"size": int(size), **quantiles(seconds)} for size, seconds in timings.items()),
+                    key=lambda p: p["size"])
     small, large = points[0], points[-1]
     extra = large["median"] - small["median"]
-    rate = (large["wire_bytes"] - small["wire_bytes"]) / extra if extra > 0 else float("inf")
-    return {"fixed_seconds": max(small["median"] - small["wire_bytes"] / rate, 0.0), "bytes_per_second": rate,
+    rate = (large["size"] - small["size"]) / extra if extra > 0 else float("inf")
+    return {"fixed_seconds": max(small["median"] - small["size"] / rate, 0.0), "bytes_per_second": rate,
             "points": points}
 
 
@@ -123,26 +125,17 @@ def measure_mpi(args, transport):
     return run_probe([tasks.Task("mpirun", command)], LocalProcess(), timings_file(args, "collective"))
 
 
-def protocols(grpc, collectives, tensors):
-    """The fitted protocols from the probes' timings. Two ranks: an allreduce sends the tensor's size once per
-    rank (2 (N-1)/N of it), an allgather its own share."""
-    small_one = np.median(next(iter(grpc["pull_one_small"].values())))
-    small_many = np.median(next(iter(grpc["pull_many_small"].values())))
-    found = {"grpc": {"pull": fit(grpc["pull"], lambda size: size), "push": fit(grpc["push"], lambda size: size),
-                      "message_seconds": max(float(small_many - small_one) / (tensors - 1), 0.0)}}
+def protocols(grpc, collectives):
+    """The fitted protocols from the probes' timings; gRPC's cost of a message from its pull of many small
+    tensors in one run against one (their sizes say how many)."""
+    (one_size, one), = grpc["pull_one_small"].items()
+    (many_size, many), = grpc["pull_many_small"].items()
+    tensors = int(many_size) // int(one_size)
+    found = {"grpc": {"pull": fit(grpc["pull"]), "push": fit(grpc["push"]),
+                      "message_seconds": max(float(np.median(many) - np.median(one)) / (tensors - 1), 0.0)}}
     for name, timings in collectives.items():
-        found[name] = {operation: fit(timings[operation], lambda size: size) for operation in ("allreduce", "allgather")}
+        found[name] = {operation: fit(timings[operation]) for operation in ("allreduce", "allgather")}
     return found
-
-
-def timed(session, op, repeats):
-    session.run(op)
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        session.run(op)
-        seconds.append(time.perf_counter() - started)
-    return quantiles(seconds)
 
 
 def measure_rows(args):
@@ -170,7 +163,7 @@ def measure_rows(args):
             "add": (tf.reduce_sum((gathered.values + gathered.values)[:1]), rows * row_bytes)}
         with tf.compat.v1.Session(config=harness.determinism.session_config(args)) as session:
             session.run(tf.compat.v1.global_variables_initializer())
-            measured = {name: (timed(session, op, args.repeats), size) for name, (op, size) in operations.items()}
+            measured = {name: (quantiles(protocol_probe.timed(session, op, args.repeats)), size) for name, (op, size) in operations.items()}
     return {name: {"seconds_per_byte": q["median"] / size, "bytes": size, **q} for name, (q, size) in measured.items()}
 
 
@@ -184,7 +177,7 @@ def measure(args):
     finally:
         os.sched_setaffinity(0, cpus)
     return {"machine": environment.machine(), "sizes": args.sizes, "repeats": args.repeats,
-            "protocols": protocols(grpc, collectives, 64), "rows": rows}
+            "protocols": protocols(grpc, collectives), "rows": rows}
 
 
 def load(results_dir):

@@ -88,16 +88,15 @@ def parallax_lm1b_rows(p, workers, seed=1):
     return traffic.Rows([step])
 
 
-def predict(architecture, variables, rows, machines, per_machine, link, compute_seconds, words_per_worker,
-            partitions=1, costs=traffic.Costs()):
-    """(words/sec, network seconds) of `machines` machines of `per_machine` workers each, one parameter server
-    per machine; with `costs`, the network time holds the protocols' costs and the step the update's CPU time."""
+def step_terms(architecture, variables, rows, machines, per_machine, link, partitions=1, costs=traffic.Costs()):
+    """(network seconds, the update's CPU seconds) of a step on `machines` machines of `per_machine` workers
+    each, one parameter server per machine; with Costs(), the bytes-only model's (no CPU time)."""
     workers = machines * per_machine
     machine_of = {**{f"worker{w}": w // per_machine for w in range(workers)},
                   **{f"ps{p}": p for p in range(machines)}}
     _, network, update = traffic.predict(architecture, variables, rows, workers, machines, machine_of,
                                          link.bits_per_second / 8, partitions, costs=costs)
-    return workers * words_per_worker / (compute_seconds + network + update), network
+    return network, update
 
 
 def repeat_rows(rows, workers):
@@ -117,8 +116,8 @@ def extrapolate(config, args, compute, machine_counts):
     for machines in machine_counts:
         rows = repeat_rows(sample, machines)
         for name in experiments.SYNCHRONOUS:
-            rate, network = predict(RUNS[name].traffic, variables, rows, machines, 1, args.net, compute,
-                                    config.words_per_batch, partitions=machines)
+            network, _ = step_terms(RUNS[name].traffic, variables, rows, machines, 1, args.net, partitions=machines)
+            rate = machines * config.words_per_batch / (compute + network)
             records.append({"runner": name, "config": config.name, "workers": machines,
                             "partitions": machines, "machines": machines, "link": str(args.net),
                             "compute_seconds": compute, "network_seconds": network, "words_per_sec": rate})
@@ -171,17 +170,12 @@ def parallax_costs(measured):
                          parallel_parts=True, accelerated_workers=True)
 
 
-def parallax_terms(architecture, machines, costs):
-    """(network seconds, the servers' update seconds) of a step of Parallax's LM1B on `machines` machines."""
+def parallax_terms(architecture, machines, rows, costs):
+    """(network seconds, the servers' update seconds) of a step of Parallax's LM1B on `machines` machines;
+    `rows`: parallax_lm1b_rows of their GPUs."""
     p = PARALLAX_LM1B
-    workers = machines * p["gpus_per_machine"]
-    machine_of = {**{f"worker{w}": w // p["gpus_per_machine"] for w in range(workers)},
-                  **{f"ps{m}": m for m in range(machines)}}
-    _, network, update = traffic.predict(architecture, parallax_lm1b_variables(p), parallax_lm1b_rows(p, workers),
-                                         workers, machines, machine_of,
-                                         netns.Link.parse(p["link"]).bits_per_second / 8, p["partitions"],
-                                         costs=costs)
-    return network, update
+    return step_terms(architecture, parallax_lm1b_variables(p), rows, machines, p["gpus_per_machine"],
+                      netns.Link.parse(p["link"]), p["partitions"], costs)
 
 
 def parallax(args):
@@ -195,8 +189,9 @@ def parallax(args):
     p = PARALLAX_LM1B
     words = p["gpus_per_machine"] * p["batch_per_gpu"] * p["num_steps"]
     models = {"costed": parallax_costs(measured), "bytes only": traffic.Costs(transports=PARALLAX_TRANSPORTS)}
+    rows = {machines: parallax_lm1b_rows(p, machines * p["gpus_per_machine"]) for machines in PARALLAX_MACHINES}
     compute = {name: args.compute_seconds or words / PARALLAX_PUBLISHED["hybrid"][0] - sum(parallax_terms(
-        "hybrid", 1, model_costs)) for name, model_costs in models.items()}
+        "hybrid", 1, rows[1], model_costs)) for name, model_costs in models.items()}
     print(f"Parallax LM1B: 1-8 machines x {p['gpus_per_machine']} GPUs, {p['link']} links, vocabulary "
           f"{p['vocab']:,}, batch {p['batch_per_gpu']} x {p['num_steps']} per GPU, {p['partitions']} partitions; "
           f"compute {compute['costed']:.4f} s per step "
@@ -207,10 +202,10 @@ def parallax(args):
     for architecture, published in PARALLAX_PUBLISHED.items():
         for machines, figure in zip(PARALLAX_MACHINES, published):
             words_per_step = machines * words
-            network, update = parallax_terms(architecture, machines, models["costed"])
+            network, update = parallax_terms(architecture, machines, rows[machines], models["costed"])
             rate = words_per_step / (compute["costed"] + network + update)
-            bytes_only = words_per_step / (compute["bytes only"] + sum(parallax_terms(architecture, machines,
-                                                                                      models["bytes only"])))
+            bytes_only = words_per_step / (compute["bytes only"] + sum(parallax_terms(
+                architecture, machines, rows[machines], models["bytes only"])))
             records.append({"architecture": architecture, "machines": machines, "predicted_words_per_sec": rate,
                             "published_words_per_sec": figure, "compute_seconds": compute["costed"],
                             "network_seconds": network, "update_seconds": update,

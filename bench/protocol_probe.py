@@ -35,14 +35,13 @@ def parse_flags():
     return args
 
 
-def timed(session, op, repeats, run=None):
+def timed(session, op, repeats):
     """The seconds of each of `repeats` runs of `op`, after one untimed run."""
-    run = run or session.run
-    run(op)
+    session.run(op)
     seconds = []
     for _ in range(repeats):
         started = time.perf_counter()
-        run(op)
+        session.run(op)
         seconds.append(time.perf_counter() - started)
     return seconds
 

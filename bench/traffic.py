@@ -1,17 +1,17 @@
 """The traffic model: the bytes each machine sends and receives per training step, for each architecture, from
 the variables' shapes, the kinds of their gradients and the rows each step touches. docs/bench.md derives the
 formulas; here they are written as flows, (from task, to task, bytes, phase, operation: pull, push, allreduce
-or allgather), and a flow counts on a machine's
-link only when its two tasks are on different machines. Flows of one phase run at the same time; the phases of
-a step one after the other (a parameter-server worker pushes its gradients only after it has pulled the
-variables and computed), so a step's network time is the sum over phases of the busiest link direction's
-bytes in that phase divided by the rate.
+or allgather), and a flow counts on a machine's link only when its two tasks are on different machines. Flows
+of one phase run at the same time; the phases of a step one after the other (a parameter-server worker pushes
+its gradients only after it has pulled the variables and computed), so a step's network time is the sum over
+phases of the busiest link direction's bytes in that phase divided by the rate; with measured Costs
+(bench/costs.py), at the slower of the link and the protocol, plus each message's fixed cost.
 
     variables = model_variables(config)                           # shapes and gradient kinds
     rows = touched_rows(config, args, variables, num_workers)     # what the sparse gradients touch
     flows("hybrid", variables, rows.steps[0], num_workers, num_ps)  # [(from, to, bytes, phase, operation)]
-    predict("hybrid", variables, rows, num_workers, num_ps, machine_of, bytes_per_second)
-                                              # ([(sent, received)] per machine, network seconds) per step
+    predict("hybrid", variables, rows, num_workers, num_ps, machine_of, bytes_per_second, costs=Costs())
+                          # ([(sent, received)] per machine, network seconds, update CPU seconds) per step
 """
 import dataclasses
 
@@ -225,6 +225,10 @@ class Costs:
         return cls(rates, messages, rows["deduplicate"]["seconds_per_byte"], rows["apply"]["seconds_per_byte"],
                    rows["add"]["seconds_per_byte"], transports(collective), shared_cores)
 
+    def protocol_seconds(self, transport, size):
+        """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
+        return size / self.rates.get(transport, float("inf")) + self.message_seconds.get(transport, 0.0)
+
 
 def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
     """The step's time on the network, summed over its phases. A phase takes its busiest link direction's time:
@@ -242,15 +246,15 @@ def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
             if flow_phase != phase:
                 continue
             transport = costs.transports[operation]
-            rate, message = costs.rates.get(transport, float("inf")), costs.message_seconds.get(transport, 0.0)
-            shared += (size / rate + message) / (COLLECTIVE_PROBE_RANKS if operation in COLLECTIVES else 1)
+            shared += costs.protocol_seconds(transport, size) / (COLLECTIVE_PROBE_RANKS if operation in COLLECTIVES
+                                                                 else 1)
             if machine_of[source] == machine_of[destination]:
                 if transport in costs.local_transports:
-                    within = costs.local_transports[transport]
-                    local[source] = local.get(source, 0.0) + size / costs.rates.get(within, float("inf")) + \
-                        costs.message_seconds.get(within, 0.0)
+                    local[source] = local.get(source, 0.0) + costs.protocol_seconds(
+                        costs.local_transports[transport], size)
                 continue
-            seconds = size / min(bytes_per_second, rate) + message
+            seconds = size / min(bytes_per_second, costs.rates.get(transport, float("inf"))) + \
+                costs.message_seconds.get(transport, 0.0)
             for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
                 busiest[direction] = busiest.get(direction, 0.0) + seconds
         total += max(max(busiest.values(), default=0.0), max(local.values(), default=0.0),

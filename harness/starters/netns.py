@@ -125,8 +125,8 @@ def place(addresses, num_workers, num_ps, separate_ps=False):
 
 
 class EmulatedCluster:
-    """`machines` namespaces joined to a switch by links like `link` (None: not shaped). `build` removes what an earlier, killed
-    launcher left and builds the cluster; `remove` removes it. As a context manager it does both."""
+    """`machines` namespaces joined to a switch by links like `link` (None: not shaped). `build` removes what an
+    earlier, killed launcher left and builds the cluster; `remove` removes it. As a context manager it does both."""
 
     def __init__(self, machines, link):
         self.machines, self.link = machines, link
