@@ -24,7 +24,8 @@
 #   FAULTS    make verify FAULTS=1: also kill a task of tf, horovod and parallax and resume each (verify.py)
 #   SAVE_EVERY a checkpoint every this many steps; RESUME=1 continues from the latest complete one (run
 #             targets)
-#   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes)
+#   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes);
+#             BENCH=crossover: where the hybrid overtakes allgather (lm1b-sparse, W = 2, 4, 6, 8)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)
 CONFIG   ?= small
@@ -99,15 +100,17 @@ verify: setup
 	    --ps=$(PS) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
 	    $(if $(filter 1,$(FAULTS)),--faults) $(ARGS)
 
-# The architectures on an emulated cluster (bench/run.py): NET (default 100mbit) per machine link, one worker
-# and one parameter server per machine; results/bench.jsonl and a table. BENCH=quick: a few minutes.
+# The architectures on an emulated cluster (bench/run.py): NET (default 100mbit; NET=1gbit,10gbit sweeps each)
+# per machine link, one worker and one parameter server per machine; results/bench.jsonl and a table per config
+# and rate. BENCH=quick: a few minutes.
+# BENCH=crossover: allgather against the hybrid at W = 2-8 on lm1b-sparse (results/bench-crossover.jsonl).
 bench: setup
 	$(if $(HOSTS),$(error HOSTS=: make bench emulates its machines on this one))
 	$(PYTHON) -m bench.run --net=$(or $(NET),100mbit) $(call given,CONFIG,--configs=$(CONFIG)) \
 	    $(call given,WORKERS,--workers=$(WORKERS)) $(call given,PS,--ps=$(PS)) $(if $(DELAY),--delay=$(DELAY)) \
 	    $(call given,STEPS,--steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
 	    $(call given,SEED,--seed=$(SEED)) $(if $(DATA),--data_path=$(DATA)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
-	    $(if $(filter quick,$(BENCH)),--quick) $(ARGS)
+	    $(if $(filter quick,$(BENCH)),--quick) $(if $(filter crossover,$(BENCH)),--crossover) $(ARGS)
 
 bench-overhead: setup
 	$(if $(HOSTS),$(error HOSTS=: bench-overhead measures run.py on this machine only))

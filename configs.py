@@ -105,6 +105,14 @@ CONFIGS = {
                    init_scale=0.05, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9,
                    max_epoch=4, lr_decay=0.5, projection_size=32, num_sampled=8192, forget_bias=1.0,
                    update_rule=PARALLAX_LM1B),
+    # lm1b's tables, candidates and rows with a 64-unit LSTM and a quarter of its batch, so that the sparse rows
+    # dominate a step: 8,192 candidates and about 460 distinct words of 640 (synthetic corpus), 1.2 MB of rows
+    # a worker, against 75 kB of dense LSTM; a step computes in about 0.13 s on one core here. make bench BENCH=crossover sweeps
+    # it to find where the hybrid overtakes allgather (docs/bench.md).
+    "lm1b-sparse": Config("lm1b-sparse", vocab_size=793_470, hidden_size=64, num_layers=1, num_steps=20,
+                          batch_size=32, init_scale=0.05, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9,
+                          max_epoch=4, lr_decay=0.5, projection_size=32, num_sampled=8192, forget_bias=1.0,
+                          update_rule=PARALLAX_LM1B),
     # lm1b's code paths at test size; a projection of 6 puts partitions at rows that do not start a Philox
     # block of 4 numbers.
     "lm1b-tiny": Config("lm1b-tiny", vocab_size=500, hidden_size=16, num_layers=1, num_steps=5, batch_size=4,

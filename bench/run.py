@@ -18,6 +18,7 @@ with a line saying why and what it would cost.
 """
 import dataclasses
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -30,16 +31,17 @@ from harness import environment, experiments, flags, results
 from harness.experiments import RUNS
 from harness.starters import netns
 
-from bench import costs, predict, traffic
+from bench import costs, crossover, predict, traffic
 import configs
 
 CORES = len(os.sched_getaffinity(0))
+PEAK_RESIDENT = r"^\[\S+\] .*: peak resident memory ([\d,]+) MiB$"
 
 
 def parse_flags(argv=None):
     parser = flags.parser("bench", __doc__)
-    flags.DEFINE_parsed("net", netns.Link.parse("100mbit"), netns.Link.parse, "every machine's link rate",
-                        parser)
+    flags.DEFINE_parsed("net", [netns.Link.parse("100mbit")], link_list, "every machine's link rate; several "
+                        "(100mbit,1gbit) sweep each in turn", parser)
     flags.DEFINE_list("configs", [c for c in ("small", "lm1b") if c in configs.CONFIGS], "configs to sweep",
                       flag_values=parser)
     flags.DEFINE_list("runners", experiments.DISTRIBUTED, "runners to sweep", flag_values=parser)
@@ -54,6 +56,10 @@ def parse_flags(argv=None):
                          flag_values=parser)
     flags.DEFINE_boolean("quick", False, "one repeat, W = 2 (W = 1 is run.py's one device), 16 steps of which 6 "
                          "warm-up, small only unless --configs says otherwise: minutes", flag_values=parser)
+    flags.DEFINE_boolean("crossover", False, "the crossover sweep: lm1b-sparse, horovod (allgather) against "
+                         "parallax (the hybrid) at W = 2, 4, 6, 8, unless --configs, --runners, --workers say "
+                         "otherwise; written to bench-crossover.jsonl, where the hybrid overtakes printed",
+                         flag_values=parser)
     flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose predicted bound times its steps exceeds this", lower_bound=1,
                          flag_values=parser)
     # A run costs its start (15-25 s here) plus its steps (about a second each at 100 Mbit/s): 30 steps, 20
@@ -64,10 +70,17 @@ def parse_flags(argv=None):
     if args.batch_size:
         raise harness.UsageError("--batch_size: the bench sets each run's (--scaling)")
     if args.delay:
-        args.net = dataclasses.replace(args.net, delay=args.delay)
+        args.net = [dataclasses.replace(link, delay=args.delay) for link in args.net]
     if args.quick:
         args.repeats, args.workers, args.steps, args.warmup_steps = 1, ["2"], 16, 6
         args.configs = args.configs if parser["configs"].present else ["small"]
+    if args.crossover and len(args.net) > 1:
+        raise harness.UsageError("--crossover: one --net rate (the crossover of each rate is a sweep of its own)")
+    if args.crossover:
+        for name, value in (("configs", ["lm1b-sparse"]), ("runners", [crossover.ALLGATHER, crossover.HYBRID]),
+                            ("workers", ["2", "4", "6", "8"])):
+            if not parser[name].present:
+                setattr(args, name, value)
     for name in args.configs:
         if name not in configs.CONFIGS:
             raise harness.UsageError(f"--configs: unknown config {name!r} (known: {', '.join(configs.CONFIGS)})")
@@ -83,6 +96,11 @@ def parse_flags(argv=None):
                 raise harness.UsageError(f"--workers: {w} workers do not divide {name}'s batch of "
                                          f"{configs.CONFIGS[name].batch_size} rows")
     return args
+
+
+def link_list(text):
+    """--net's rates, "100mbit,1gbit": each as netns.Link.parse takes it."""
+    return [netns.Link.parse(rate) for rate in text.split(",")]
 
 
 def common_flags(args, run_name):
@@ -104,6 +122,14 @@ def run_quietly(command, what):
     if process.returncode:
         tail = "\n".join((stdout + stderr).strip().splitlines()[-15:])
         raise SystemExit(f"bench: {what} failed (exit {process.returncode}):\n{tail}")
+    return stdout + stderr
+
+
+def tasks_peak_resident_bytes(output):
+    """The sum of every task's peak resident memory, as each task prints it when it ends (harness.main) and the
+    launcher prefixes it with the task's name; the launcher's own is left out. None if no task printed it."""
+    peaks = [int(m[1].replace(",", "")) * 2**20 for m in re.finditer(PEAK_RESIDENT, output, re.MULTILINE)]
+    return sum(peaks) if peaks else None
 
 
 def run_config(args, num_workers):
@@ -153,7 +179,8 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     compute_share = batch_size / configs.CONFIGS[args.config].batch_size * max(1 / num_workers, 1 / CORES)
     compute_term = compute * compute_share
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
-              "scaling": args.scaling, "batch_size": batch_size, "workers": num_workers, "ps": num_ps,
+              "scaling": args.scaling, "batch_size": batch_size,
+              "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
               "partitions": partitions, "machines": machines, "link": str(args.net),
               "bits_per_second": args.net.bits_per_second, "repeat": repeat,
               "one_device_words_per_sec": one_device_throughput["median"],
@@ -165,7 +192,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
         return dict(record, skipped=f"its bound is {bound:.1f} s a step, {bound * args.steps / 60:.0f} minutes "
                                     f"for {args.steps} steps (--max_run_seconds={args.max_run_seconds})")
     run_name = f"bench-{args.config}-{runner}-w{num_workers}-r{repeat}"
-    run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}", f"--ps={num_ps}",
+    output = run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}", f"--ps={num_ps}",
                  f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else []),
                  "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags], f"{runner} at W={num_workers}")
     summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
@@ -173,6 +200,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
     step = summary["throughput"]["median_step_seconds"]
     return dict(record, run_name=run_name, throughput=summary["throughput"],
+                tasks_peak_resident_bytes=tasks_peak_resident_bytes(output),
                 measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
                 measured_steps_counted=counted["steps"],
                 bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
@@ -199,7 +227,8 @@ def protocol_costs(args):
 
 def progress(i, total, record, started):
     left = (time.monotonic() - started) / i * (total - i)
-    head = f"bench [{i}/{total}] {record['config']} {record['runner']} W={record['workers']} #{record['repeat']}"
+    head = (f"bench [{i}/{total}] {record['link']} {record['config']} {record['runner']} W={record['workers']} "
+            f"#{record['repeat']}")
     if "skipped" in record:
         print(f"{head}: skipped, {record['skipped']}", flush=True)
         return
@@ -212,38 +241,41 @@ def progress(i, total, record, started):
 
 
 def table(records):
-    """Per config: each runner and W's words/sec (median of the repeats' medians, and the central 68% of the
-    repeats' per-step rates), speed-up and efficiency against one device (run.py), ratio to the best runner at
+    """Per config and link: each runner and W's words/sec (median of the repeats' medians, and the central 68% of
+    the repeats' per-step rates), speed-up and efficiency against one device (run.py), ratio to the best runner at
     that W, bytes measured/predicted, step time/bound and step time/the bytes-only bound."""
-    lines = []
-    done = [r for r in records if "skipped" not in r]
-    for config in dict.fromkeys(r["config"] for r in records):
-        base = next(r["one_device_words_per_sec"] for r in records if r["config"] == config)
-        scaling = {"weak": "weak scaling (batch per worker fixed)", "strong": "strong scaling (global batch fixed)"}
-        lines += [f"\n{config}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one device "
-                  f"(run.py): {base:,.0f} words/sec",
-                  f"{'runner':16s} {'W':>2s} {'words/sec':>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
-                  f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'bytes only':>10s}"]
-        rows = {}
-        for r in done:
-            if r["config"] == config:
-                rows.setdefault((r["runner"], r["workers"]), []).append(r)
-        median = {key: statistics.median(r["throughput"]["median"] for r in group) for key, group in rows.items()}
-        for (runner, w), group in rows.items():
-            best = max(m for (_, w2), m in median.items() if w2 == w)
-            ratio = [r["bytes_measured_over_predicted"] for r in group if r["bytes_measured_over_predicted"]]
-            low = statistics.median(r["throughput"]["p16"] for r in group)
-            high = statistics.median(r["throughput"]["p84"] for r in group)
-            speedup = median[(runner, w)] / base
-            lines.append(f"{runner:16s} {w:2d} {median[(runner, w)]:10,.0f} {f'[{low:,.0f}, {high:,.0f}]':>17s} "
-                         f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
-                         f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
-                         f"{statistics.median(r['step_over_bound'] for r in group):10.2f} "
-                         f"{statistics.median(r['step_over_bytes_only_bound'] for r in group):10.2f}")
-        for r in records:
-            if r["config"] == config and "skipped" in r:
-                lines.append(f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}")
-    return "\n".join(lines)
+    groups = {}
+    for r in records:
+        groups.setdefault((r["config"], r["link"]), []).append(r)
+    return "\n".join(line for group in groups.values() for line in group_table(group))
+
+
+def group_table(records):
+    """table()'s lines for the records of one config and link."""
+    base = records[0]["one_device_words_per_sec"]
+    scaling = {"weak": "weak scaling (batch per worker fixed)", "strong": "strong scaling (global batch fixed)"}
+    lines = [f"\n{records[0]['config']}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one "
+             f"device (run.py): {base:,.0f} words/sec",
+             f"{'runner':16s} {'W':>2s} {'words/sec':>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
+             f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'bytes only':>10s}"]
+    rows = {}
+    for r in records:
+        if "skipped" not in r:
+            rows.setdefault((r["runner"], r["workers"]), []).append(r)
+    median = {key: statistics.median(r["throughput"]["median"] for r in group) for key, group in rows.items()}
+    for (runner, w), group in rows.items():
+        best = max(m for (_, w2), m in median.items() if w2 == w)
+        ratio = [r["bytes_measured_over_predicted"] for r in group if r["bytes_measured_over_predicted"]]
+        low = statistics.median(r["throughput"]["p16"] for r in group)
+        high = statistics.median(r["throughput"]["p84"] for r in group)
+        speedup = median[(runner, w)] / base
+        lines.append(f"{runner:16s} {w:2d} {median[(runner, w)]:10,.0f} {f'[{low:,.0f}, {high:,.0f}]':>17s} "
+                     f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
+                     f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
+                     f"{statistics.median(r['step_over_bound'] for r in group):10.2f} "
+                     f"{statistics.median(r['step_over_bytes_only_bound'] for r in group):10.2f}")
+    lines += [f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}" for r in records if "skipped" in r]
+    return lines
 
 
 def extrapolate(args, prepared):
@@ -261,17 +293,19 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_quietly's stop of the run
     args.runs_dir = os.path.join(args.results_dir, "bench")
     os.makedirs(args.runs_dir, exist_ok=True)
-    combinations = [(config, runner, w, repeat) for config in args.configs for w in args.workers
-                    for repeat in range(1, args.repeats + 1) for runner in args.runners]
+    links = args.net
+    combinations = [(link, config, runner, w, repeat) for link in links for config in args.configs
+                    for w in args.workers for repeat in range(1, args.repeats + 1) for runner in args.runners]
     args.costs = traffic.Costs.measured(protocol_costs(args), shared_cores=True)  # the emulated cluster
-    output = os.path.join(args.results_dir, results.BENCH)
+    output = os.path.join(args.results_dir, results.CROSSOVER if args.crossover else results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "
           f"{', '.join(map(str, args.workers))} x {args.repeats}), {args.steps} steps of which {args.warmup_steps} "
-          f"warm-up, links of {args.net}{'' if args.net.delay else ' (no added latency)'}, {CORES} cores", flush=True)
+          f"warm-up, links of {', '.join(map(str, links))}{'' if links[0].delay else ' (no added latency)'}, "
+          f"{CORES} cores", flush=True)
     records, started, prepared = [], time.monotonic(), {}
-    for i, (config, runner, w, repeat) in enumerate(combinations, 1):
-        args.config = config
+    for i, (link, config, runner, w, repeat) in enumerate(combinations, 1):
+        args.net, args.config = link, config
         if config not in prepared:
             variables = traffic.model_variables(configs.CONFIGS[config])
             prepared[config] = (variables, one_device(args), {})
@@ -288,7 +322,11 @@ def main():
         progress(i, len(combinations), record, started)
     print(table(records))
     print(f"\nbench: {len(records)} runs in {(time.monotonic() - started) / 60:.1f} min -> {output}")
-    extrapolate(args, prepared)
+    if args.crossover:
+        print("\n".join(crossover.describe(records)))
+    else:
+        args.net = links[0]
+        extrapolate(args, prepared)
     return 0
 
 

@@ -47,7 +47,8 @@ def parser(runner, description):
     p = FlagSet(f"{runner}.py", description)
     DEFINE_enum("config", "small", sorted(configs.CONFIGS),
                 "model configuration (configs.CONFIGS): tiny for tests, small and medium as in the paper, lm1b "
-                "Parallax's sparse-heavy LM1B (lm1b-tiny for tests)", flag_values=p)
+                "Parallax's sparse-heavy LM1B (lm1b-tiny for tests, lm1b-sparse with a small LSTM for bench's "
+                "crossover)", flag_values=p)
     DEFINE_integer("batch_size", None, "the global batch in rows, shared by the workers (default: the config's); "
                    "make bench's weak scaling gives W workers W times the config's batch", lower_bound=1,
                    flag_values=p)

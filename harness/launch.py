@@ -18,6 +18,7 @@ under harness/starters/, are described there; with --mpi, one local mpirun task 
 (`starters/mpirun.py`).
 """
 import dataclasses
+import math
 import os
 import re
 import socket
@@ -32,6 +33,7 @@ from harness.starters import docker, mpirun, netns
 from harness.starters.local import LocalProcess
 from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
+import configs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,7 +42,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GLOO_TIMEOUT_SECONDS = 30
 
 
-def horovod_environments(worker_hosts, network_interface=None):
+def gloo_timeout_seconds(config, workers, link):
+    """How long a Gloo collective may take before it fails: GLOO_TIMEOUT_SECONDS, and on an emulated link
+    (--net) also twice the time rank 0 could take to broadcast every variable and one optimiser slot each to
+    the other W - 1 ranks at the link's rate. Horovod's first collective is that broadcast, and on slow links it
+    outlasts 30 s: lm1b-sparse's 0.4 GB to 5 ranks over 100 Mbit/s takes up to 2.7 minutes."""
+    if link is None:
+        return GLOO_TIMEOUT_SECONDS
+    variable_bytes = sum(4 * math.prod(shape) for shape in configs.variable_shapes(config).values())
+    broadcast = 2 * variable_bytes * (workers - 1) * 8 / link.bits_per_second
+    return GLOO_TIMEOUT_SECONDS + math.ceil(2 * broadcast)
+
+
+def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO_TIMEOUT_SECONDS):
     """The environment of each rank of a Horovod job whose rank r runs on worker_hosts[r], as horovodrun --gloo
     sets it up: Horovod's rendezvous server runs in this process, and each rank learns its rank, its host's
     share of the ranks and where the rendezvous is. Returns (one environment per rank, stop_rendezvous)."""
@@ -55,7 +69,7 @@ def horovod_environments(worker_hosts, network_interface=None):
     slots = get_host_assignments(parse_hosts(hosts), len(worker_hosts))
     rendezvous.init(slots)
     shared = {**create_run_env_vars(address, [network_interface or interface], port), "PYTHONUNBUFFERED": "1",
-              "HOROVOD_GLOO_TIMEOUT_SECONDS": str(GLOO_TIMEOUT_SECONDS)}
+              "HOROVOD_GLOO_TIMEOUT_SECONDS": str(gloo_timeout)}
     return [{k: str(v) for k, v in {**shared, **create_slot_env_vars(slot)}.items()} for slot in slots], \
         rendezvous.stop
 
@@ -91,7 +105,7 @@ def with_ports(hosts, starter):
 
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
-           mpi=False):
+           mpi=False, gloo_timeout=GLOO_TIMEOUT_SECONDS):
     """Runs one job of `architecture` with its workers and parameter servers on those hosts, started by
     `starter`; returns its exit status and the tasks it ran. With `mpi` (horovod only), one local mpirun
     starts every rank."""
@@ -108,7 +122,7 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
                                        with_ports(worker_hosts, starter))
     stop_rendezvous = None
     if architecture != "tf":  # the workers are Horovod ranks
-        environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface)
+        environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface, gloo_timeout)
         for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
             task.env.update(environment)
     try:
@@ -269,10 +283,11 @@ def run_job(args, starter):
                                  f"{os.getcwd()}: the results are read back from it, so run from a file system "
                                  f"every host shares")
     counter = starter.byte_counter()
+    gloo_timeout = gloo_timeout_seconds(flags.model_config(runner_args), args.workers, args.net)
 
     def run(runner_flags, watch=None):
         return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter,
-                      args.network_interface or starter.network_interface, watch, args.mpi)
+                      args.network_interface or starter.network_interface, watch, args.mpi, gloo_timeout)
     if args.search:
         def trial(n):
             name = f"partition-search-{n}"

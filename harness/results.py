@@ -6,7 +6,9 @@ and the one way it is written and read.
     <run>.network.json     the launcher with --net: bytes counted on each link
     verify.json            verify.py: the verdict                                   kind "verify"
     bench.jsonl            python -m bench.run: one line per benchmarked run        kind "bench"
+    bench-crossover.jsonl  python -m bench.run --crossover: the same records        kind "bench"
     bench-predict.jsonl    python -m bench.predict (and bench.run): extrapolation   kind "prediction"
+    bench-parallax.jsonl   python -m bench.predict --parallax: Parallax's points    kind "parallax point"
     bench-overhead.json    python -m bench.overhead
     partition-search.json  the launcher's --search_partitions
 
@@ -18,6 +20,7 @@ import json
 import os
 
 VERIFY, BENCH, PREDICTIONS, PARALLAX = "verify.json", "bench.jsonl", "bench-predict.jsonl", "bench-parallax.jsonl"
+CROSSOVER = "bench-crossover.jsonl"
 OVERHEAD, PARTITION_SEARCH = "bench-overhead.json", "partition-search.json"
 NOT_RUN_SUMMARIES = {VERIFY, OVERHEAD, PARTITION_SEARCH}
 

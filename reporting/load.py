@@ -46,7 +46,9 @@ class BenchRow:
     busiest_predicted: float | None  # the same, from the traffic model
     compute_seconds: float | None    # the bound's computation term
     network_seconds: float | None    # the bound's network term (busiest link's bytes / rate)
-    bound_seconds: float | None      # compute + network: the step time the link and the computation allow
+    bound_seconds: float | None      # compute + network + update: the step time the costs allow
+    words_per_step: float | None     # the global batch's words: words/sec predicted = words_per_step / bound
+    tasks_peak_resident_bytes: float | None  # every task's peak resident memory, summed
     environment: dict | None
     repeats: int = 1              # repeats this row stands for (analysis.combine_repeats)
 
@@ -87,6 +89,7 @@ class Results:
     bench: list | None    # [BenchRow]; None when bench.jsonl does not exist
     predictions: list | None
     parallax: list | None  # [ParallaxPoint]
+    crossover: list | None  # [BenchRow] of bench-crossover.jsonl (bench.run --crossover)
 
     def verify_run(self, name):
         """The Run behind verify.json's run `name` (verify names its runs verify-<name>), or None."""
@@ -112,7 +115,8 @@ def load(directory):
         runs[name] = Run(name, summary, [record for _, record in steps])
     return Results(directory, verify, runs, _optional_lines(directory, results.BENCH, "bench", _bench_row),
                    _optional_lines(directory, results.PREDICTIONS, "prediction", _prediction),
-                   _optional_lines(directory, results.PARALLAX, "parallax point", _parallax_point))
+                   _optional_lines(directory, results.PARALLAX, "parallax point", _parallax_point),
+                   _optional_lines(directory, results.CROSSOVER, "bench", _bench_row))
 
 
 def _optional_lines(directory, filename, kind, parse):
@@ -141,7 +145,10 @@ def _bench_row(record):
         busiest_predicted=_busiest(record.get("predicted_bytes_per_step")),
         compute_seconds=_float_or_none(record.get("compute_seconds")),
         network_seconds=_float_or_none(record.get("network_seconds")),
-        bound_seconds=_float_or_none(record.get("bound_seconds")), environment=record.get("environment"))
+        bound_seconds=_float_or_none(record.get("bound_seconds")),
+        words_per_step=_float_or_none(record.get("words_per_step")),
+        tasks_peak_resident_bytes=_float_or_none(record.get("tasks_peak_resident_bytes")),
+        environment=record.get("environment"))
 
 
 def _busiest(per_machine):

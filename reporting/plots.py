@@ -165,3 +165,25 @@ def parallax_points(points, path):
              title="Parallax's LM1B figure against the model (bench.predict --parallax)")
     axes.legend(fontsize="small", ncol=3)
     _save(figure, path)
+
+
+def crossover(allgather, hybrid, title, path):
+    """`allgather`, `hybrid`: (runner name, {W: (measured, model's words/sec)}). Left: words/sec against workers,
+    measured (markers) and the model's (line). Right: the hybrid's words/sec over allgather's, measured and by
+    the model; above 1 the hybrid is faster."""
+    figure, (rates, ratio) = plt.subplots(1, 2, figsize=WIDE)
+    for name, points in (allgather, hybrid):
+        workers, colour = sorted(points), palette.colour(name)
+        rates.scatter(workers, [points[w][0] for w in workers], color=colour, zorder=3,
+                      label=f"{palette.key(name)}, measured")
+        rates.plot(workers, [points[w][1] for w in workers], color=colour, label=f"{palette.key(name)}, model")
+    workers = sorted(set(allgather[1]) & set(hybrid[1]))
+    for which, style, label in ((0, "o", "measured"), (1, "-", "model")):
+        ratio.plot(workers, [hybrid[1][w][which] / allgather[1][w][which] for w in workers], style,
+                   color=palette.colour(hybrid[0]), label=label)
+    ratio.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    rates.set(xlabel="workers", ylabel="words/sec", title=title)
+    ratio.set(xlabel="workers", ylabel="hybrid / allgather (words/sec)", title="above 1: the hybrid is faster")
+    rates.legend()
+    ratio.legend()
+    _save(figure, path)

@@ -1,11 +1,13 @@
 """Section 6: throughput, from the verify runs (a smoke test) and from make bench (the comparison)."""
 import os
 
+from bench import crossover as crossing
 from reporting import analysis, blocks, plots
 
 BENCH_MISSING = "bench not run: make bench"
 PREDICT_MISSING = "extrapolation not run: python -m bench.predict"
 PARALLAX_MISSING = "Parallax's figure not predicted: python -m bench.costs && python -m bench.predict --parallax"
+CROSSOVER_MISSING = "crossover sweep not run: make bench BENCH=crossover"
 
 
 def throughput_section(results, figure_dir):
@@ -20,6 +22,7 @@ def throughput_section(results, figure_dir):
         parts += verify_throughput(verify, os.path.join(figure_dir, "verify-throughput.svg"))
     parts.append(blocks.subheading("The benchmark: emulated clusters"))
     parts += bench(results, figure_dir)
+    parts += crossover(results, figure_dir)
     parts += parallax(results, figure_dir)
     return blocks.section("Throughput", *parts)
 
@@ -66,11 +69,13 @@ def bench(results, figure_dir):
         plots.scaling(points, title, path)
         parts.append(blocks.figure(path, f"Scaling, {title}: words/sec against workers (bars: central 68% of the "
                                          f"steps; dotted: linear from each run's fewest workers), and efficiency."))
-    path = os.path.join(figure_dir, "bench-model.svg")
-    plots.measured_against_model(rows, path)
-    parts.append(blocks.figure(path, "Bytes per step on the busiest link direction, measured against predicted, and "
-                                     "the median step time against its bound: on the diagonal, the model explains "
-                                     "the run; above it, something the model leaves out costs time."))
+    for index, link in enumerate(dict.fromkeys(r.link for r in rows)):
+        path = os.path.join(figure_dir, f"bench-model-{index}.svg")
+        plots.measured_against_model([r for r in rows if r.link == link], path)
+        parts.append(blocks.figure(path, f"Step time against its bound, links of {link or 'loopback'}: bytes per "
+                                         "step on the busiest link direction, measured against predicted, and the "
+                                         "median step time against its bound. On the diagonal, the model explains "
+                                         "the run; above it, something the model leaves out costs time."))
     parts.append(blocks.subheading("Extrapolation to larger clusters"))
     if results.predictions is None:
         parts.append(blocks.missing(PREDICT_MISSING))
@@ -104,6 +109,45 @@ def parallax(results, figure_dir):
     parts.append(blocks.figure(path, "Parallax's twelve published points (stars), the model through them (solid) "
                                      "and the bytes-only model (dotted)."))
     return parts
+
+
+def crossover(results, figure_dir):
+    """Where the hybrid overtakes allgather: bench.run --crossover's runs with each run's bound as the model."""
+    parts = [blocks.subheading("Where the hybrid overtakes allgather")]
+    rows = analysis.combine_repeats(results.crossover or [])
+    points = {name: {r.workers: (r.median, r.words_per_step / r.bound_seconds) for r in rows
+                     if r.name == name and r.words_per_step and r.bound_seconds}
+              for name in (crossing.HYBRID, crossing.ALLGATHER)}
+    ratios = crossing.ratios(points[crossing.HYBRID], points[crossing.ALLGATHER])
+    if not ratios:
+        return parts + [blocks.missing(CROSSOVER_MISSING)]
+    memory = {(r.name, r.workers): r.tasks_peak_resident_bytes for r in rows}
+    config, link = rows[0].config, rows[0].link
+    parts.append(blocks.table(
+        ["W", "allgather", "model", "hybrid", "model", "hybrid / allgather", "model", "memory GiB, allgather",
+         "hybrid"],
+        [[w, blocks.rate(points[crossing.ALLGATHER][w][0]), blocks.rate(points[crossing.ALLGATHER][w][1]),
+          blocks.rate(points[crossing.HYBRID][w][0]), blocks.rate(points[crossing.HYBRID][w][1]),
+          f"{measured:.2f}", f"{predicted:.2f}",
+          *[_or_dash(memory.get((name, w)), _gib) for name in (crossing.ALLGATHER, crossing.HYBRID)]]
+         for w, measured, predicted in ratios],
+        f"bench.run --crossover ({config}, links of {link}): words/sec of Horovod's allgather and of the hybrid, "
+        "measured (the median step) and by the model (the run's words per step over its bound), and the sum of "
+        "every task's peak resident memory."))
+    measured, predicted = (crossing.crossover(ratios, which) for which in (1, 2))
+    parts.append(blocks.paragraph(
+        f"The hybrid is faster than allgather from W = {_or_dash(measured)} measured, and from W = "
+        f"{_or_dash(predicted)} by the model ('-': not within the sweep).", lead="Crossover."))
+    path = os.path.join(figure_dir, "bench-crossover.svg")
+    plots.crossover(*[(name, points[name]) for name in (crossing.ALLGATHER, crossing.HYBRID)], f"{config}, {link}",
+                    path)
+    parts.append(blocks.figure(path, "Words/sec against workers, measured (markers) and by the model (lines), "
+                                     "and the hybrid's ratio to allgather: above 1, the hybrid is faster."))
+    return parts
+
+
+def _gib(n):
+    return f"{n / 2**30:.1f}"
 
 
 def _mb(n):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, pdf_text, read_jsonl, run_module
-from bench import predict, traffic
+from bench import crossover, predict, traffic
 from harness import experiments, placement
 from reporting import blocks
 import configs
@@ -220,7 +220,8 @@ def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
                                           (["--configs=small", "--scaling=strong", "--workers=3"], "--workers"),
                                           (["--batch_size=40"], "--batch_size"),
                                           (["--net=fast"], "--net"), (["--delay=soon"], "--delay=soon"),
-                                          (["--workers=2,0"], "--workers=2,0")])
+                                          (["--workers=2,0"], "--workers=2,0"), (["--net=1gbit,x"], "--net"),
+                                          (["--crossover", "--net=1gbit,10gbit"], "--crossover")])
 def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
     assert_usage_error(run_module("bench.run", *flags, cwd=tmp_path), named)
 
@@ -270,11 +271,12 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
     (tmp_path / "results").mkdir()
     shutil.copy(measured_costs / "bench-costs.json", tmp_path / "results")
     result = run_module("bench.run", "--configs=tiny", "--runners=tf,horovod", "--workers=2",
-                        "--repeats=1", "--steps=12", "--warmup_steps=4", "--net=100mbit", cwd=tmp_path, timeout=600)
+                        "--repeats=1", "--steps=12", "--warmup_steps=4", "--net=100mbit,1gbit", cwd=tmp_path,
+                        timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     records = read_jsonl(tmp_path / "results/bench.jsonl")
-    assert [(r["runner"], r["workers"], r["ps"], r["machines"]) for r in records] == [("tf", 2, 2, 2),
-                                                                                 ("horovod", 2, 2, 2)]
+    assert [(r["link"], r["runner"], r["workers"], r["ps"], r["machines"]) for r in records] == [
+        (link, runner, 2, 2, 2) for link in ("100mbit", "1gbit") for runner in ("tf", "horovod")]
     for record in records:
         assert record["scaling"] == "weak" and record["batch_size"] == 2 * configs.CONFIGS["tiny"].batch_size
         summary = json.loads((tmp_path / "results/bench" / (record["run_name"] + ".json")).read_text())
@@ -288,14 +290,19 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         assert record["bound_seconds"] == pytest.approx(record["compute_seconds"] + record["network_seconds"]
                                                         + record["update_seconds"])
         # each of a step's phases (at most two: pull, then exchange) waits for its busiest link
-        busiest = max(max(m["sent"], m["received"]) for m in record["predicted_bytes_per_step"]) * 8 / 100e6
+        busiest = (max(max(m["sent"], m["received"]) for m in record["predicted_bytes_per_step"]) * 8
+                   / record["bits_per_second"])
         assert busiest * (1 - 1e-9) <= record["bytes_only_network_seconds"] <= 2 * busiest
         # the protocols' rates and messages only add to it
         assert record["network_seconds"] > record["bytes_only_network_seconds"]
         assert record["bytes_only_bound_seconds"] == pytest.approx(record["compute_seconds"]
                                                                    + record["bytes_only_network_seconds"])
         assert 0.5 < record["bytes_measured_over_predicted"] < 2
-    assert "bench [2/2] tiny horovod W=2" in result.stdout
+        assert record["words_per_step"] == record["batch_size"] * configs.CONFIGS["tiny"].num_steps
+        # four tasks (two workers, two servers), each a Python with TensorFlow loaded: hundreds of MiB each
+        assert 4 * 100 * 2**20 < record["tasks_peak_resident_bytes"] < 4 * 4 * 2**30
+    assert "bench [4/4] 1gbit tiny horovod W=2" in result.stdout
+    assert "tiny, links of 100mbit" in result.stdout and "tiny, links of 1gbit" in result.stdout  # a table each
     assert "step/bound" in result.stdout and "bytes only" in result.stdout and "weak scaling" in result.stdout
     assert "bench: measuring the protocols' costs" not in result.stdout
     predictions = read_jsonl(tmp_path / "results/bench-predict.jsonl")
@@ -304,6 +311,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
     words_per_batch = configs.CONFIGS["tiny"].words_per_batch
     for p in predictions:  # every worker computes tiny's batch in the step run.py measured here, then waits
         assert p["config"] == "tiny" and p["compute_seconds"] == records[0]["compute_seconds_one_device"]
+        assert p["link"] == "100mbit"  # the first rate swept
         assert p["words_per_sec"] == pytest.approx(
             p["workers"] * words_per_batch / (p["compute_seconds"] + p["network_seconds"]))
     # make report reads what the bench wrote: every run in the bench's table, and the extrapolation drawn
@@ -312,6 +320,42 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
     assert report.returncode == 0, report.stderr
     text = pdf_text(tmp_path / "report/report.pdf")
     for r in records:
-        assert (f"{r['runner']} tiny 2 2 2 100mbit 1 {blocks.rate(r['throughput']['median'])} "
+        assert (f"{r['runner']} tiny 2 2 2 {r['link']} 1 {blocks.rate(r['throughput']['median'])} "
                 f"{blocks.interval(r['throughput']['p16'], r['throughput']['p84'])}") in text
     assert "bench not run" not in text and "extrapolation not run" not in text
+    # step time against the bound, one figure per link rate
+    drawn = {path.name for path in (tmp_path / "report/figures").iterdir()}
+    assert {"bench-model-0.svg", "bench-model-1.svg"} <= drawn
+    assert "Step time against its bound, links of 1gbit" in text
+
+
+def bench_record(runner, workers, measured, model):
+    """A measured bench record with `measured` words/sec and a bound that gives the model's `model` words/sec."""
+    return {"runner": runner, "workers": workers, "throughput": {"median": measured}, "words_per_step": 100.0,
+            "bound_seconds": 100.0 / model, "tasks_peak_resident_bytes": workers * 2**30}
+
+
+def test_the_crossover_is_the_first_w_at_which_the_hybrid_is_faster():
+    records = [bench_record("horovod", 2, 100, 100), bench_record("parallax", 2, 90, 110),
+               bench_record("horovod", 4, 100, 90), bench_record("parallax", 4, 120, 130),
+               bench_record("horovod", 6, 100, 80), bench_record("parallax", 6, 95, 140),
+               {"runner": "parallax", "workers": 8, "skipped": "too long"}]
+    rows = crossover.ratios(crossover.points(records, "parallax"), crossover.points(records, "horovod"))
+    assert rows == [(2, 0.9, 1.1), (4, 1.2, pytest.approx(130 / 90)), (6, 0.95, 1.75)]
+    assert (crossover.crossover(rows, 1), crossover.crossover(rows, 2)) == (4, 2)
+    assert "measured W = 4, predicted W = 2" in crossover.describe(records)[-1]
+
+
+def test_the_crossover_sweep_writes_its_own_file_and_says_where_it_crosses(tmp_path, measured_costs):
+    (tmp_path / "results").mkdir()
+    shutil.copy(measured_costs / "bench-costs.json", tmp_path / "results")
+    result = run_module("bench.run", "--crossover", "--configs=lm1b-tiny", "--workers=2", "--steps=8",
+                        "--warmup_steps=3", cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = read_jsonl(tmp_path / "results/bench-crossover.jsonl")
+    assert [(r["runner"], r["workers"], r["link"]) for r in records] == [("horovod", 2, "100mbit"),
+                                                                         ("parallax", 2, "100mbit")]
+    assert "crossover (the hybrid faster than allgather from): measured W = " in result.stdout
+    # make bench's own sweep and extrapolation are left as they were
+    assert not (tmp_path / "results/bench.jsonl").exists()
+    assert not (tmp_path / "results/bench-predict.jsonl").exists()

@@ -69,3 +69,20 @@ def test_ports_given_to_tasks_are_distinct_and_outside_the_ephemeral_range():
         ephemeral_start = int(ranges.read().split()[0])
     ports = LocalProcess().free_ports("127.0.0.1", 16)
     assert len(set(ports)) == 16 and all(1024 <= port < ephemeral_start for port in ports)
+
+
+def test_gloo_waits_long_enough_for_the_first_broadcast_on_a_slow_link():
+    """Horovod's first collective broadcasts every variable from rank 0: on an emulated 100 Mbit/s link,
+    lm1b-sparse's tables (and their Adagrad slots) to 5 ranks outlast Gloo's 30 s (a W = 6 run failed so)."""
+    from harness import launch
+    from harness.starters import netns
+    import configs
+    config = configs.CONFIGS["lm1b-sparse"]
+    table_bytes = 4 * config.vocab_size * config.output_size
+    for workers in (2, 6, 8):
+        # both tables and their slots, sent once to each other rank over the link
+        broadcast = 4 * table_bytes * (workers - 1) * 8 / 100e6
+        assert launch.gloo_timeout_seconds(config, workers, netns.Link.parse("100mbit")) > broadcast
+    assert launch.gloo_timeout_seconds(config, 6, None) == launch.GLOO_TIMEOUT_SECONDS  # no emulated link
+    # a small model on a fast link: about the default
+    assert launch.gloo_timeout_seconds(configs.CONFIGS["tiny"], 8, netns.Link.parse("1gbit")) <= 31

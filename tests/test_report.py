@@ -83,6 +83,25 @@ def parallax_lines():
             for offset, architecture in enumerate(("ps", "allreduce", "hybrid")) for machines in (1, 2, 4, 8)]
 
 
+# The crossover sweep's words/sec, (measured, model) at W = 2, 4, 6: the hybrid overtakes allgather at W = 4
+# measured and at W = 2 by the model.
+CROSSOVER = {"horovod": {2: (1000.0, 1100.0), 4: (1200.0, 1250.0), 6: (1300.0, 1350.0)},
+             "parallax": {2: (900.0, 1150.0), 4: (1500.0, 1600.0), 6: (2000.0, 2100.0)}}
+
+
+def crossover_lines(results_dir):
+    """bench-crossover.jsonl as bench.run --crossover writes it, with the verify runs' real throughput fields
+    scaled to CROSSOVER's words/sec and each run's bound set to give the model's."""
+    measured = summary(results_dir, "horovod")["throughput"]
+    return [{"runner": runner, "architecture": runner, "config": "tiny", "workers": w, "ps": w, "machines": w,
+             "link": "100mbit", "repeat": 1, "compute_seconds_one_device": 0.1, "batch_size": 4 * w,
+             "words_per_step": 20.0 * w, "predicted_bytes_per_step": [{"sent": 1e6, "received": 1e6}] * w,
+             "measured_bytes_per_step": [{"sent": 1e6, "received": 1e6}] * w,
+             "throughput": scaled(measured, rate / measured["median"]), "compute_seconds": 0.01,
+             "network_seconds": 0.01, "bound_seconds": 20.0 * w / model, "tasks_peak_resident_bytes": w * 2**30}
+            for runner, points in CROSSOVER.items() for w, (rate, model) in points.items()]
+
+
 def write_lines(path, records):
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
 
@@ -102,6 +121,7 @@ def with_bench(verified, tmp_path_factory):
     write_lines(results / "bench.jsonl", bench_lines(verified))
     write_lines(results / "bench-predict.jsonl", prediction_lines())
     write_lines(results / "bench-parallax.jsonl", parallax_lines())
+    write_lines(results / "bench-crossover.jsonl", crossover_lines(verified))
     # A run of a config this test does not know, with a field the others lack: the report takes configs from
     # the summaries, whatever they are.
     other = dict(summary(verified, "reference"), run_name="other-config")
@@ -137,6 +157,7 @@ def test_results_without_bench_say_so(without_bench):
     text = pdf_text(without_bench)
     assert "bench not run: make bench" in text
     assert "Parallax's figure not predicted: python -m bench.costs && python -m bench.predict --parallax" in text
+    assert "crossover sweep not run: make bench BENCH=crossover" in text
 
 
 def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
@@ -152,7 +173,7 @@ def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
                     f"{blocks.interval(line['throughput']['p16'], line['throughput']['p84'])}") in text
     assert "tiny config, 100mbit links, 2 workers:" in text  # the discussion's ranking
     drawn = {path.name for path in (pdf.parent / "figures").iterdir()}
-    assert {"bench-scaling-0.svg", "bench-model.svg", "bench-extrapolation.svg", "loss.svg"} <= drawn
+    assert {"bench-scaling-0.svg", "bench-model-0.svg", "bench-extrapolation.svg", "loss.svg"} <= drawn
     assert "Parallax's published speedups" in text
     assert "extrapolation not run" not in text
     assert "lm1b-like" in text and "num_sampled" in text
@@ -162,6 +183,14 @@ def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
         assert (f"{point['architecture']} {point['machines']} {blocks.rate(predicted)} {blocks.rate(published)} "
                 f"{predicted / published:.2f} {point['bytes_only_words_per_sec'] / published:.2f}") in text
     assert "bench-parallax.svg" in drawn and "Parallax's figure not predicted" not in text
+    # the crossover sweep: each W's words/sec measured and by the model, their ratios, the memory; where it crosses
+    for w in (2, 4, 6):
+        (allgather, allgather_model), (hybrid, hybrid_model) = CROSSOVER["horovod"][w], CROSSOVER["parallax"][w]
+        assert (f"{w} {blocks.rate(allgather)} {blocks.rate(allgather_model)} {blocks.rate(hybrid)} "
+                f"{blocks.rate(hybrid_model)} {hybrid / allgather:.2f} {hybrid_model / allgather_model:.2f} "
+                f"{w:.1f} {w:.1f}") in text
+    assert "The hybrid is faster than allgather from W = 4 measured, and from W = 2 by the model" in text
+    assert "bench-crossover.svg" in drawn and "crossover sweep not run" not in text
 
 
 def rendered_pages(pdf, out_dir):

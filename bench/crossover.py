@@ -1,0 +1,55 @@
+"""Where the hybrid overtakes allgather, measured and predicted (python -m bench.run --crossover, docs/bench.md).
+
+Allgather sends every worker's rows to every other worker, so the bytes on each link grow with W; the hybrid
+sends each worker's rows to their parameter servers and back, so they stay near twice one worker's rows. The
+crossover is the smallest W of the sweep at which the hybrid trains more words/sec than allgather: measured, from
+the runs' median step rates, and predicted, from the same runs' bounds (bench/traffic.py). Both runners train
+the same words per step at a W, so the predicted ratio is allgather's bound over the hybrid's.
+"""
+import statistics
+
+ALLGATHER, HYBRID = "horovod", "parallax"
+
+
+def points(records, runner):
+    """{W: (measured words/sec, predicted words/sec)} of one runner's measured bench records, each the median
+    over the repeats; predicted = the run's words per step / its bound."""
+    by_workers = {}
+    for r in records:
+        if r["runner"] == runner and "skipped" not in r:
+            by_workers.setdefault(r["workers"], []).append((r["throughput"]["median"],
+                                                            r["words_per_step"] / r["bound_seconds"]))
+    return {w: (statistics.median(m for m, _ in runs), statistics.median(p for _, p in runs))
+            for w, runs in sorted(by_workers.items())}
+
+
+def ratios(hybrid, allgather):
+    """[(W, measured hybrid/allgather, predicted hybrid/allgather)] at every W of both runners' points."""
+    return [(w, hybrid[w][0] / allgather[w][0], hybrid[w][1] / allgather[w][1]) for w in sorted(hybrid)
+            if w in allgather]
+
+
+def crossover(ratios_at, which):
+    """The smallest W at which the hybrid is faster (ratio above 1), by the measured (which=1) or predicted
+    (which=2) ratio; None if it never is in the sweep."""
+    return next((row[0] for row in ratios_at if row[which] > 1), None)
+
+
+def describe(records):
+    """Lines for the terminal: each W's ratios and memory, then the crossover measured and predicted."""
+    rows = ratios(points(records, HYBRID), points(records, ALLGATHER))
+    if not rows:
+        return [f"crossover: no W at which both {HYBRID} and {ALLGATHER} ran"]
+    memory = {(r["runner"], r["workers"]): r.get("tasks_peak_resident_bytes") for r in records if "skipped" not in r}
+    lines = [f"{'W':>2s} {'hybrid/allgather measured':>26s} {'predicted':>10s} {'memory, GiB: ' + ALLGATHER:>22s} "
+             f"{HYBRID:>9s}"]
+    for w, measured, predicted in rows:
+        gib = [memory.get((name, w)) for name in (ALLGATHER, HYBRID)]
+        lines.append(f"{w:2d} {measured:26.2f} {predicted:10.2f} "
+                     + " ".join(f"{'-' if m is None else f'{m / 2**30:.1f}':>{width}s}"
+                                for m, width in zip(gib, (22, 9))))
+    measured, predicted = crossover(rows, 1), crossover(rows, 2)
+    said = {None: f"not within W = {rows[0][0]}-{rows[-1][0]}"}
+    lines.append(f"crossover (the hybrid faster than allgather from): measured W = {said.get(measured, measured)}, "
+                 f"predicted W = {said.get(predicted, predicted)}")
+    return lines
