@@ -35,6 +35,14 @@ def crossover(ratios_at, which):
     return next((row[0] for row in ratios_at if row[which] > 1), None)
 
 
+def said(ratios_at, which):
+    """crossover() in words: "W = 4", "W = 2, the sweep's smallest" (it may lie below), or "not within W = 2-8"."""
+    found = crossover(ratios_at, which)
+    if found is None:
+        return f"not within W = {ratios_at[0][0]}-{ratios_at[-1][0]}"
+    return f"W = {found}" + (", the sweep's smallest" if found == ratios_at[0][0] else "")
+
+
 def describe(records):
     """Lines for the terminal: each W's ratios and memory, then the crossover measured and predicted."""
     rows = ratios(points(records, HYBRID), points(records, ALLGATHER))
@@ -48,8 +56,6 @@ def describe(records):
         lines.append(f"{w:2d} {measured:26.2f} {predicted:10.2f} "
                      + " ".join(f"{'-' if m is None else f'{m / 2**30:.1f}':>{width}s}"
                                 for m, width in zip(gib, (22, 9))))
-    measured, predicted = crossover(rows, 1), crossover(rows, 2)
-    said = {None: f"not within W = {rows[0][0]}-{rows[-1][0]}"}
-    lines.append(f"crossover (the hybrid faster than allgather from): measured W = {said.get(measured, measured)}, "
-                 f"predicted W = {said.get(predicted, predicted)}")
+    lines.append(f"crossover (the hybrid faster than allgather from): measured {said(rows, 1)}; predicted "
+                 f"{said(rows, 2)}")
     return lines

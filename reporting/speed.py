@@ -124,8 +124,8 @@ def crossover(results, figure_dir):
     memory = {(r.name, r.workers): r.tasks_peak_resident_bytes for r in rows}
     config, link = rows[0].config, rows[0].link
     parts.append(blocks.table(
-        ["W", "allgather", "model", "hybrid", "model", "hybrid / allgather", "model", "memory GiB, allgather",
-         "hybrid"],
+        ["W", "allgather", "its model", "hybrid", "its model", "hybrid / allgather", "by the model",
+         "GiB, allgather", "GiB, hybrid"],
         [[w, blocks.rate(points[crossing.ALLGATHER][w][0]), blocks.rate(points[crossing.ALLGATHER][w][1]),
           blocks.rate(points[crossing.HYBRID][w][0]), blocks.rate(points[crossing.HYBRID][w][1]),
           f"{measured:.2f}", f"{predicted:.2f}",
@@ -134,10 +134,11 @@ def crossover(results, figure_dir):
         f"bench.run --crossover ({config}, links of {link}): words/sec of Horovod's allgather and of the hybrid, "
         "measured (the median step) and by the model (the run's words per step over its bound), and the sum of "
         "every task's peak resident memory."))
-    measured, predicted = (crossing.crossover(ratios, which) for which in (1, 2))
     parts.append(blocks.paragraph(
-        f"The hybrid is faster than allgather from W = {_or_dash(measured)} measured, and from W = "
-        f"{_or_dash(predicted)} by the model ('-': not within the sweep).", lead="Crossover."))
+        f"Measured, the hybrid is faster than allgather from {crossing.said(ratios, 1)}; by the model, from "
+        f"{crossing.said(ratios, 2)}. With one parameter server a machine, each link carries about "
+        "2(W-1)/W of a worker's rows under the hybrid and W-1 of them under allgather: by bytes they tie at W = 2 "
+        "and the hybrid's lead grows as W/2.", lead="Crossover."))
     path = os.path.join(figure_dir, "bench-crossover.svg")
     plots.crossover(*[(name, points[name]) for name in (crossing.ALLGATHER, crossing.HYBRID)], f"{config}, {link}",
                     path)

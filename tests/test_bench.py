@@ -343,7 +343,7 @@ def test_the_crossover_is_the_first_w_at_which_the_hybrid_is_faster():
     rows = crossover.ratios(crossover.points(records, "parallax"), crossover.points(records, "horovod"))
     assert rows == [(2, 0.9, 1.1), (4, 1.2, pytest.approx(130 / 90)), (6, 0.95, 1.75)]
     assert (crossover.crossover(rows, 1), crossover.crossover(rows, 2)) == (4, 2)
-    assert "measured W = 4, predicted W = 2" in crossover.describe(records)[-1]
+    assert "measured W = 4; predicted W = 2, the sweep's smallest" in crossover.describe(records)[-1]
 
 
 def test_the_crossover_sweep_writes_its_own_file_and_says_where_it_crosses(tmp_path, measured_costs):
@@ -355,7 +355,7 @@ def test_the_crossover_sweep_writes_its_own_file_and_says_where_it_crosses(tmp_p
     records = read_jsonl(tmp_path / "results/bench-crossover.jsonl")
     assert [(r["runner"], r["workers"], r["link"]) for r in records] == [("horovod", 2, "100mbit"),
                                                                          ("parallax", 2, "100mbit")]
-    assert "crossover (the hybrid faster than allgather from): measured W = " in result.stdout
+    assert "crossover (the hybrid faster than allgather from): measured " in result.stdout
     # make bench's own sweep and extrapolation are left as they were
     assert not (tmp_path / "results/bench.jsonl").exists()
     assert not (tmp_path / "results/bench-predict.jsonl").exists()
