@@ -147,9 +147,11 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
         densified = dense + (sparse if architecture == "allreduce-dense" else [])
         found += _ring(num_workers, sum(v.bytes for v in densified))
         if architecture == "allreduce":
+            # Horovod allreduces a tf.IndexedSlices as two allgathers, its values and its indices
+            # (horovod/tensorflow/__init__.py, allreduce: "do two allgathers instead of an allreduce").
             for v in sparse:
-                found += _ring_allgather([len(step_rows[w][v.name][1]) * (v.row_bytes + INDEX_BYTES)
-                                          for w in range(num_workers)])
+                for row_bytes in (v.row_bytes, INDEX_BYTES):
+                    found += _ring_allgather([len(step_rows[w][v.name][1]) * row_bytes for w in range(num_workers)])
         return found
     on_ps = variables if architecture == "ps" else sparse
     if architecture in ("hybrid", "hybrid-local"):

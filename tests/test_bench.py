@@ -48,9 +48,10 @@ def test_ring_allreduce_moves_2_n_minus_1_over_n_of_the_dense_bytes():
 def test_allgather_passes_on_every_rank_s_rows_but_the_next_one_s():
     step = one_step([1, 2, 2], [3], [4, 5, 6])  # distinct rows: 2, 1, 3
     flows = traffic.flows("allreduce", [TABLE], step, 3, 1)
-    assert sorted(f[:3] for f in flows) == sorted([("worker0", "worker1", (2 + 3) * 24),
-                                                   ("worker1", "worker2", (2 + 1) * 24),
-                                                   ("worker2", "worker0", (1 + 3) * 24)])
+    # two allgathers, as Horovod sends a tf.IndexedSlices: the rows' values (20 bytes each), then their indices
+    assert sorted(f[:3] for f in flows) == sorted([("worker0", "worker1", (2 + 3) * size) for size in (20, 4)]
+                                                  + [("worker1", "worker2", (2 + 1) * size) for size in (20, 4)]
+                                                  + [("worker2", "worker0", (1 + 3) * size) for size in (20, 4)])
 
 
 def test_a_parameter_server_worker_pulls_what_it_gathers_and_pushes_its_distinct_rows():
@@ -135,16 +136,16 @@ def test_the_costed_bound_adds_each_protocol_s_rate_and_messages_and_the_servers
 
 
 def test_a_transport_of_its_own_within_a_machine_prices_the_flows_there():
-    """Two ranks on one machine allgather their rows (2 and 2 distinct rows of 24 bytes with the index): over MPI
-    between machines it would cross no link and cost nothing; MPI's shared memory (10 bytes/s, 0.5 s a message)
-    makes each rank pass its predecessor's rows itself."""
+    """Two ranks on one machine allgather their rows (2 and 2 distinct rows of 24 bytes with the index, in two
+    collectives: values, then indices): over MPI between machines it would cross no link and cost nothing; MPI's
+    shared memory (10 bytes/s, 0.5 s a message) makes each rank pass its predecessor's rows itself."""
     flows = traffic.flows("allreduce", [TABLE], one_step([1, 2], [2, 7]), 2, 1)
     one_machine = machines(["worker0", "worker1"])
     mpi = traffic.Costs(transports=traffic.transports("mpi"))
     assert traffic.network_seconds(flows, one_machine, 100.0, mpi) == 0.0
     local = dataclasses.replace(mpi, rates={"mpi-local": 10.0}, message_seconds={"mpi-local": 0.5},
                                 local_transports={"mpi": "mpi-local"})
-    assert traffic.network_seconds(flows, one_machine, 100.0, local) == 2 * 24 / 10.0 + 0.5
+    assert traffic.network_seconds(flows, one_machine, 100.0, local) == 2 * 24 / 10.0 + 2 * 0.5
 
 
 @pytest.fixture(scope="module")
