@@ -315,7 +315,12 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         assert p["link"] == "100mbit"  # the first rate swept
         assert p["words_per_sec"] == pytest.approx(
             p["workers"] * words_per_batch / (p["compute_seconds"] + p["network_seconds"]))
-    # make report reads what the bench wrote: every run in the bench's table, and the extrapolation drawn
+    assert_reported(tmp_path, records)
+
+
+def assert_reported(tmp_path, records):
+    """make report reads what the bench wrote: every run in the bench's table, the extrapolation drawn, and a
+    step/bound figure per link rate."""
     report = run_module("reporting", f"--results_dir={tmp_path / 'results'}", f"--out_dir={tmp_path / 'report'}",
                         cwd=tmp_path)
     assert report.returncode == 0, report.stderr
@@ -324,7 +329,6 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         assert (f"{r['runner']} tiny 2 2 2 {r['link']} 1 {blocks.rate(r['throughput']['median'])} "
                 f"{blocks.interval(r['throughput']['p16'], r['throughput']['p84'])}") in text
     assert "bench not run" not in text and "extrapolation not run" not in text
-    # step time against the bound, one figure per link rate
     drawn = {path.name for path in (tmp_path / "report/figures").iterdir()}
     assert {"bench-model-0.svg", "bench-model-1.svg"} <= drawn
     assert "Step time against its bound, links of 1gbit" in text
