@@ -180,8 +180,8 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     compute_term = compute * compute_share
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
-              "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps,
-              "workers": num_workers, "ps": num_ps, "partitions": partitions, "machines": machines, "link": str(args.net),
+              "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
+              "partitions": partitions, "machines": machines, "link": str(args.net),
               "bits_per_second": args.net.bits_per_second, "repeat": repeat,
               "one_device_words_per_sec": one_device_throughput["median"],
               "compute_seconds_one_device": compute, "compute_share": compute_share,
@@ -192,11 +192,9 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
         return dict(record, skipped=f"its bound is {bound:.1f} s a step, {bound * args.steps / 60:.0f} minutes "
                                     f"for {args.steps} steps (--max_run_seconds={args.max_run_seconds})")
     run_name = f"bench-{args.config}-{runner}-w{num_workers}-r{repeat}"
-    output = run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}",
-                          f"--ps={num_ps}", f"--net={args.net.rate}",
-                          *([f"--delay={args.net.delay}"] if args.net.delay else []), "--",
-                          *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags],
-                         f"{runner} at W={num_workers}")
+    output = run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}", f"--ps={num_ps}",
+                 f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else []),
+                 "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags], f"{runner} at W={num_workers}")
     summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
     counted = results.read_json(results.network_path(args.runs_dir, run_name))
     measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
