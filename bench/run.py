@@ -23,6 +23,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,6 +75,8 @@ def parse_flags(argv=None):
     if args.quick:
         args.repeats, args.workers, args.steps, args.warmup_steps = 1, ["2"], 16, 6
         args.configs = args.configs if parser["configs"].present else ["small"]
+    if len({link.rate for link in args.net}) < len(args.net):
+        raise harness.UsageError(f"--net: a rate named twice ({', '.join(link.rate for link in args.net)})")
     if args.crossover and len(args.net) > 1:
         raise harness.UsageError("--crossover: one --net rate (the crossover of each rate is a sweep of its own)")
     if args.crossover:
@@ -108,21 +111,32 @@ def common_flags(args, run_name):
             f"--run_name={run_name}", f"--ckpt_dir={os.path.join(args.ckpt_dir, run_name)}"]
 
 
-def run_quietly(command, what):
-    """Runs `command`; on failure, its last lines and exit 1. When the bench is stopped (Ctrl-C, SIGTERM), the
-    run is stopped with it (the launcher then removes its machines)."""
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": REPO})
+def run_quietly(commands, what):
+    """Runs `commands` at once and returns their output. If one fails, the others are stopped and the bench exits
+    1 with its last lines; when the bench is stopped (Ctrl-C, SIGTERM), the runs are stopped with it (the
+    launcher then removes its machines)."""
+    logs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    processes, failed = [], None
     try:
-        stdout, stderr = process.communicate()
-    except BaseException:
-        process.terminate()
-        process.wait()
-        raise
-    if process.returncode:
-        tail = "\n".join((stdout + stderr).strip().splitlines()[-15:])
-        raise SystemExit(f"bench: {what} failed (exit {process.returncode}):\n{tail}")
-    return stdout + stderr
+        for command, (out, err) in zip(commands, logs):
+            processes.append(subprocess.Popen(command, stdout=out, stderr=err, text=True,
+                                              env={**os.environ, "PYTHONPATH": REPO}))
+        while any(p.poll() is None for p in processes) and not any(p.poll() for p in processes):
+            time.sleep(0.1)
+        failed = next((i for i, p in enumerate(processes) if p.poll()), None)
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.terminate()
+                p.wait()
+    outputs = []
+    for out, err in logs:
+        out.seek(0), err.seek(0)
+        outputs.append(out.read() + err.read())
+    if failed is not None:
+        tail = "\n".join(outputs[failed].strip().splitlines()[-15:])
+        raise SystemExit(f"bench: {what} failed (exit {processes[failed].returncode}):\n{tail}")
+    return "".join(outputs)
 
 
 def tasks_peak_resident_bytes(output):
@@ -144,9 +158,25 @@ def one_device(args):
     """run.py's throughput on one device: its median step time is the compute of one step of the config's
     batch, and its words/sec the base of every speed-up."""
     name = f"bench-{args.config}-one-device"
-    run_quietly([sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name), "--emulate_workers=1"],
+    run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name), "--emulate_workers=1"]],
                 f"run.py (the compute time of {args.config})")
     return results.read_json(results.summary_path(args.runs_dir, name), "summary")["throughput"]
+
+
+def synchronous_compute(args, num_workers):
+    """The compute of a synchronous step of W workers on this machine: W run.py at once, each on one worker's
+    batch with one thread, as the emulated machines' workers share the cores; per step the slowest of them,
+    since a synchronous step waits for its last worker; the median over the timed steps. Returns it and the
+    runs' names. Measured, not scaled from one device: run.py at once is slower than alone even when there are
+    as many cores as copies, and the slowest of W differs from the median of one (docs/bench.md)."""
+    batch_size = run_config(args, num_workers).batch_size // num_workers
+    names = [f"bench-{args.config}-compute-{args.net.rate}-w{num_workers}-{c}" for c in range(num_workers)]
+    run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
+                  f"--batch_size={batch_size}"] for name in names],
+                f"{num_workers} run.py at once (the compute of {args.config} at W={num_workers})")
+    seconds = [[r["seconds"] for _, r in results.read_lines(results.steps_path(args.runs_dir, name), "step")
+                if r["step"] >= args.warmup_steps] for name in names]
+    return statistics.median(max(step) for step in zip(*seconds)), names
 
 
 def machine_of_tasks(addresses, workers, servers):
@@ -155,8 +185,9 @@ def machine_of_tasks(addresses, workers, servers):
             **{f"ps{p}": index[a] for p, a in enumerate(servers)}}
 
 
-def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput):
-    """Runs one combination; returns its bench.jsonl record (or a skip record)."""
+def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute):
+    """Runs one combination; returns its bench.jsonl record (or a skip record). `compute`: synchronous_compute's
+    (seconds, run names) at this W."""
     run = RUNS[runner]
     architecture, runner_flags = run.architecture, list(run.flags)
     batch_size = run_config(args, num_workers).batch_size
@@ -174,27 +205,26 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                                                            machine_of, byte_rate, partitions, costs=args.costs)
     _, bytes_only_network, _ = traffic.predict(run.traffic, variables, rows, num_workers, num_ps, machine_of,
                                                byte_rate, partitions)
-    # W tasks on CORES cores: each worker computes 1/W of the global batch, but no faster than the cores allow.
-    compute = one_device_throughput["median_step_seconds"]
-    compute_share = batch_size / configs.CONFIGS[args.config].batch_size * max(1 / num_workers, 1 / CORES)
-    compute_term = compute * compute_share
+    compute_term, compute_run_names = compute
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
               "partitions": partitions, "machines": machines, "link": str(args.net),
               "bits_per_second": args.net.bits_per_second, "repeat": repeat,
               "one_device_words_per_sec": one_device_throughput["median"],
-              "compute_seconds_one_device": compute, "compute_share": compute_share,
-              "cores_shared": num_workers > CORES,
+              "compute_seconds_one_device": one_device_throughput["median_step_seconds"],
+              "compute_run_names": compute_run_names, "cores_shared": num_workers > CORES,
               "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
     bound = compute_term + network_term + update_term
     if bound * args.steps > args.max_run_seconds:
         return dict(record, skipped=f"its bound is {bound:.1f} s a step, {bound * args.steps / 60:.0f} minutes "
                                     f"for {args.steps} steps (--max_run_seconds={args.max_run_seconds})")
-    run_name = f"bench-{args.config}-{runner}-w{num_workers}-r{repeat}"
-    output = run_quietly([sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}", f"--ps={num_ps}",
-                 f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else []),
-                 "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags], f"{runner} at W={num_workers}")
+    run_name = f"bench-{args.config}-{runner}-{args.net.rate}-w{num_workers}-r{repeat}"
+    output = run_quietly([[sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}",
+                           f"--ps={num_ps}", f"--net={args.net.rate}",
+                           *([f"--delay={args.net.delay}"] if args.net.delay else []),
+                           "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags]],
+                         f"{runner} at W={num_workers}")
     summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
     counted = results.read_json(results.network_path(args.runs_dir, run_name))
     measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
@@ -218,7 +248,7 @@ def protocol_costs(args):
     found = costs.load(args.results_dir)
     if not found:
         print("bench: measuring the protocols' costs and the rows' CPU time (python -m bench.costs)", flush=True)
-        run_quietly([sys.executable, "-m", "bench.costs", f"--results_dir={args.results_dir}"], "bench.costs")
+        run_quietly([[sys.executable, "-m", "bench.costs", f"--results_dir={args.results_dir}"]], "bench.costs")
         found = costs.load(args.results_dir)
     print(f"bench: costs beyond the bytes ({os.path.join(args.results_dir, costs.COSTS)}):\n{costs.describe(found)}",
           flush=True)
@@ -236,7 +266,8 @@ def progress(i, total, record, started):
     print(f"{head}: {record['throughput']['median']:,.0f} words/sec, step {record['throughput']['median_step_seconds']:.3f}"
           f" s = {record['step_over_bound']:.2f} x bound ({record['step_over_bytes_only_bound']:.2f} x bytes only)"
           f"{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
-          f"{' (tasks outnumber the cores: compute term scaled)' if record['cores_shared'] else ''}; "
+          f", compute {record['compute_seconds'] / record['compute_seconds_one_device']:.2f} x one device's"
+          f"{' (tasks outnumber the cores)' if record['cores_shared'] else ''}; "
           f"about {left / 60:.0f} min left", flush=True)
 
 
@@ -303,7 +334,7 @@ def main():
           f"{', '.join(map(str, args.workers))} x {args.repeats}), {args.steps} steps of which {args.warmup_steps} "
           f"warm-up, links of {', '.join(map(str, links))}{'' if links[0].delay else ' (no added latency)'}, "
           f"{CORES} cores", flush=True)
-    records, started, prepared = [], time.monotonic(), {}
+    records, started, prepared, computes = [], time.monotonic(), {}, {}
     for i, (link, config, runner, w, repeat) in enumerate(combinations, 1):
         args.net, args.config = link, config
         if config not in prepared:
@@ -315,7 +346,10 @@ def main():
         if w not in rows:
             rows[w] = traffic.touched_rows(run_config(args, w), args, variables, w,
                                            range(args.warmup_steps, args.steps))
-        record = one_run(args, runner, w, repeat, variables, rows[w], base)
+        if (link, config, w) not in computes:  # measured again at each rate: close in time to its runs
+            computes[link, config, w] = ((base["median_step_seconds"], [f"bench-{config}-one-device"]) if w == 1
+                                         else synchronous_compute(args, w))
+        record = one_run(args, runner, w, repeat, variables, rows[w], base, computes[link, config, w])
         record["environment"] = environment.describe(args, run_config(args, w), w)
         records.append(record)
         results.append_line(output, record, "bench")

@@ -5,14 +5,17 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from conftest import REPO, pdf_text, read_jsonl, run_module
 from bench import crossover, predict, traffic
+from bench import run as bench_run
 from harness import experiments, placement
 from reporting import blocks
 import configs
@@ -222,7 +225,8 @@ def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
                                           (["--batch_size=40"], "--batch_size"),
                                           (["--net=fast"], "--net"), (["--delay=soon"], "--delay=soon"),
                                           (["--workers=2,0"], "--workers=2,0"), (["--net=1gbit,x"], "--net"),
-                                          (["--crossover", "--net=1gbit,10gbit"], "--crossover")])
+                                          (["--crossover", "--net=1gbit,10gbit"], "--crossover"),
+                                          (["--net=1gbit,1000mbit"], "--net")])
 def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
     assert_usage_error(run_module("bench.run", *flags, cwd=tmp_path), named)
 
@@ -235,6 +239,18 @@ def test_predict_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, 
                             env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
     assert_usage_error(result, named)
     assert not (tmp_path / "results").exists()
+
+
+def test_runs_at_once_stop_together_when_one_fails():
+    # the synchronous compute runs W run.py at once: one failing must stop the others and name itself
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    failing = [sys.executable, "-c", "import sys; print('out of memory', file=sys.stderr); sys.exit(3)"]
+    started = time.monotonic()
+    with pytest.raises(SystemExit, match=r"bench: 2 copies failed \(exit 3\):\nout of memory"):
+        bench_run.run_quietly([sleeper, failing], "2 copies")
+    assert time.monotonic() - started < 30
+    assert bench_run.run_quietly([[sys.executable, "-c", "print('a')"], [sys.executable, "-c", "print('b')"]],
+                                 "two") == "a\nb\n"
 
 
 def test_predict_holds_the_model_against_parallax_s_twelve_points(measured_costs):
@@ -284,10 +300,11 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         assert summary["config"]["batch_size"] == record["batch_size"]  # the runners trained that batch
         assert record["measured_steps_counted"] == 8 and record["throughput"]["measured_steps"] == 8
         assert len(record["measured_bytes_per_step"]) == len(record["predicted_bytes_per_step"]) == 2
-        # the bound: run.py's measured step, scaled to the worker's share of the cores, plus the link's time
-        # (here each worker computes twice tiny's batch, on half the machine's cores or fewer)
-        share = 2 * max(1 / 2, 1 / len(os.sched_getaffinity(0)))
-        assert record["compute_seconds"] == pytest.approx(record["compute_seconds_one_device"] * share)
+        # the bound's compute: two run.py at once, each on one worker's batch; per timed step the slower of them
+        copies = [[r["seconds"] for r in read_jsonl(tmp_path / "results/bench" / (name + ".jsonl")) if r["step"] >= 4]
+                  for name in record["compute_run_names"]]
+        assert len(copies) == 2 and all(len(c) == 8 for c in copies)
+        assert record["compute_seconds"] == pytest.approx(statistics.median(map(max, *copies)))
         assert record["bound_seconds"] == pytest.approx(record["compute_seconds"] + record["network_seconds"]
                                                         + record["update_seconds"])
         # each of a step's phases (at most two: pull, then exchange) waits for its busiest link
