@@ -11,16 +11,21 @@ import statistics
 ALLGATHER, HYBRID = "horovod", "parallax"
 
 
-def points(records, runner):
-    """{W: (measured words/sec, predicted words/sec)} of one runner's measured bench records, each the median
-    over the repeats; predicted = the run's words per step / its bound."""
-    by_workers = {}
-    for r in records:
-        if r["runner"] == runner and "skipped" not in r:
-            by_workers.setdefault(r["workers"], []).append((r["throughput"]["median"],
-                                                            r["words_per_step"] / r["bound_seconds"]))
-    return {w: (statistics.median(m for m, _ in runs), statistics.median(p for _, p in runs))
-            for w, runs in sorted(by_workers.items())}
+def points(runs):
+    """{runner: {W: (measured words/sec, the model's)}} from (runner, W, measured, the model's words/sec) of every
+    run, each the median over a W's repeats; the model's words/sec is the run's words per step over its bound."""
+    grouped = {}
+    for runner, w, measured, model in runs:
+        grouped.setdefault(runner, {}).setdefault(w, []).append((measured, model))
+    return {runner: {w: tuple(statistics.median(column) for column in zip(*runs_at))
+                     for w, runs_at in sorted(by_workers.items())}
+            for runner, by_workers in grouped.items()}
+
+
+def runs_of(records):
+    """points()'s (runner, W, measured, the model's words/sec) of bench.jsonl's measured records."""
+    return [(r["runner"], r["workers"], r["throughput"]["median"], r["words_per_step"] / r["bound_seconds"])
+            for r in records if "skipped" not in r]
 
 
 def ratios(hybrid, allgather):
@@ -45,7 +50,8 @@ def said(ratios_at, which):
 
 def describe(records):
     """Lines for the terminal: each W's ratios and memory, then the crossover measured and predicted."""
-    rows = ratios(points(records, HYBRID), points(records, ALLGATHER))
+    found = points(runs_of(records))
+    rows = ratios(found.get(HYBRID, {}), found.get(ALLGATHER, {}))
     if not rows:
         return [f"crossover: no W at which both {HYBRID} and {ALLGATHER} ran"]
     memory = {(r["runner"], r["workers"]): r.get("tasks_peak_resident_bytes") for r in records if "skipped" not in r}

@@ -10,7 +10,8 @@ variable of a parameter-server run in one round-robin part per server (--partiti
 is weak by default, as the field measures it (tf_cnn_benchmarks, Horovod's synthetic benchmark): every worker
 keeps the config's batch, so W workers train a global batch W times the config's (--batch_size). With
 --scaling=strong the W workers share the config's batch, as verify's runs do. Before the sweep, run.py trains
-each config on one device: its median step time is the compute time of the bound.
+each config on one device (the base of the speed-ups); before a rate's runs of W workers, W run.py train at
+once, each one worker's batch, and per step the slowest of them is the compute time of the bound.
 
 Each run adds one JSON line to <results_dir>/bench.jsonl (docs/outputs.md) and prints a progress line; the
 end prints a table per config. A run whose bound says it would take longer than --max_run_seconds is skipped

@@ -115,10 +115,9 @@ def crossover(results, figure_dir):
     """Where the hybrid overtakes allgather: bench.run --crossover's runs with each run's bound as the model."""
     parts = [blocks.subheading("Where the hybrid overtakes allgather")]
     rows = analysis.combine_repeats(results.crossover or [])
-    points = {name: {r.workers: (r.median, r.words_per_step / r.bound_seconds) for r in rows
-                     if r.name == name and r.words_per_step and r.bound_seconds}
-              for name in (crossing.HYBRID, crossing.ALLGATHER)}
-    ratios = crossing.ratios(points[crossing.HYBRID], points[crossing.ALLGATHER])
+    points = crossing.points((r.name, r.workers, r.median, r.words_per_step / r.bound_seconds) for r in rows
+                             if r.words_per_step and r.bound_seconds)
+    ratios = crossing.ratios(points.get(crossing.HYBRID, {}), points.get(crossing.ALLGATHER, {}))
     if not ratios:
         return parts + [blocks.missing(CROSSOVER_MISSING)]
     memory = {(r.name, r.workers): r.tasks_peak_resident_bytes for r in rows}
