@@ -60,8 +60,10 @@ def bench(results, figure_dir):
           _or_dash(r.compute_seconds, blocks.seconds), _or_dash(r.network_seconds, blocks.seconds), r.bound or "-",
           _or_dash(r.busiest_measured, _mb), _or_dash(r.busiest_predicted, _mb)] for r in rows],
         "make bench (bench.jsonl), each figure the median over the runs (repeats): W workers on that many "
-        "machines joined by links of the given rate. The bound on the step is the computation's share (compute) "
-        "plus the busiest link's bytes at the link's rate (network); limit names the larger. The busiest link "
+        "machines joined by links of the given rate. The bound on the step is the computation (compute: W run.py "
+        "at once, per step the slowest) plus the network (per phase the busiest link's bytes at the slower of the "
+        "link and the protocol, with each message's cost) plus the update's work; limit names the larger of "
+        "compute and network. The busiest link "
         "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."))
     for index, ((config, link), points) in enumerate(analysis.bench_groups(rows).items()):
         path = os.path.join(figure_dir, f"bench-scaling-{index}.svg")
