@@ -304,6 +304,9 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         copies = [[r["seconds"] for r in read_jsonl(tmp_path / "results/bench" / (name + ".jsonl")) if r["step"] >= 4]
                   for name in record["compute_run_names"]]
         assert len(copies) == 2 and all(len(c) == 8 for c in copies)
+        # the copies' checkpoints are removed; the run's own stays beside where theirs were
+        root = next(tmp_path.glob(f"checkpoints/**/{record['run_name']}")).parent
+        assert not any((root / name).exists() for name in record["compute_run_names"])
         assert record["compute_seconds"] == pytest.approx(statistics.median(map(max, *copies)))
         assert record["bound_seconds"] == pytest.approx(record["compute_seconds"] + record["network_seconds"]
                                                         + record["update_seconds"])
