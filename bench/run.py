@@ -17,6 +17,7 @@ Each run adds one JSON line to <results_dir>/bench.jsonl (docs/outputs.md) and p
 end prints a table per config. A run whose bound says it would take longer than --max_run_seconds is skipped
 with a line saying why and what it would cost.
 """
+import contextlib
 import dataclasses
 import os
 import re
@@ -117,7 +118,23 @@ def run_quietly(commands, what):
     """Runs `commands` at once and returns their output. If one fails, the others are stopped and the bench exits
     1 with its last lines; when the bench is stopped (Ctrl-C, SIGTERM), the runs are stopped with it (the
     launcher then removes its machines)."""
-    logs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in commands]
+    with contextlib.ExitStack() as files:
+        logs = [(files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
+                for _ in commands]
+        processes, failed = _run_together(commands, logs)
+        outputs = []
+        for out, err in logs:
+            out.seek(0), err.seek(0)
+            outputs.append(out.read() + err.read())
+    if failed is not None:
+        tail = "\n".join(outputs[failed].strip().splitlines()[-15:])
+        raise SystemExit(f"bench: {what} failed (exit {processes[failed].returncode}):\n{tail}")
+    return "".join(outputs)
+
+
+def _run_together(commands, logs):
+    """Starts `commands` with their output to `logs`; waits for all, or for the first to fail and stops the
+    rest. Returns the processes and the index of the failed one (None)."""
     processes, failed = [], None
     try:
         for command, (out, err) in zip(commands, logs):
@@ -131,14 +148,7 @@ def run_quietly(commands, what):
             if p.poll() is None:
                 p.terminate()
                 p.wait()
-    outputs = []
-    for out, err in logs:
-        out.seek(0), err.seek(0)
-        outputs.append(out.read() + err.read())
-    if failed is not None:
-        tail = "\n".join(outputs[failed].strip().splitlines()[-15:])
-        raise SystemExit(f"bench: {what} failed (exit {processes[failed].returncode}):\n{tail}")
-    return "".join(outputs)
+    return processes, failed
 
 
 def tasks_peak_resident_bytes(output):
