@@ -10,7 +10,8 @@ results/bench-costs.json, measuring again only when the machine or its software 
 Protocols, each between two machines of an emulated cluster (harness/starters/netns.py) whose link is not
 shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs on both):
     grpc    TensorFlow's gRPC runtime: a worker's pull of a parameter server's variable and push to it
-    gloo    Horovod's Gloo allreduce and allgather between two ranks
+    gloo    Horovod's Gloo allreduce and allgather between two ranks, and the CPU its background thread takes
+            per second when the ranks are idle (it coordinates them every cycle: a worker pays it all the time)
     mpi     Horovod's MPI allreduce and allgather between two ranks under mpirun, over TCP on loopback (mpirun
             starts its ranks on this machine's network, so not between namespaces; -mca btl tcp,self as
             Parallax's experiments ran MPI between machines)
@@ -42,6 +43,8 @@ from bench import protocol_probe
 PROBE = os.path.abspath(protocol_probe.__file__)
 COSTS = "bench-costs.json"
 SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 << 18]}
+FORMAT = 2  # what a record holds: 2 added the collectives' background CPU; an older record is measured again
+IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
 
 
@@ -81,7 +84,7 @@ def run_probe(probe_tasks, starter, timings_file):
 
 def probe_flags(args, probe):
     return [f"--probe={probe}", f"--sizes={','.join(map(str, args.sizes))}", f"--repeats={args.repeats}",
-            f"--timings_file={timings_file(args, probe)}"]
+            f"--idle_seconds={args.idle_seconds}", f"--timings_file={timings_file(args, probe)}"]
 
 
 def timings_file(args, probe):
@@ -135,6 +138,7 @@ def protocols(grpc, collectives):
                       "message_seconds": max(float(np.median(many) - np.median(one)) / (tensors - 1), 0.0)}}
     for name, timings in collectives.items():
         found[name] = {operation: fit(timings[operation]) for operation in ("allreduce", "allgather")}
+        found[name]["background_cpu_share"] = float(np.median(timings["background_cpu_share"]))
     return found
 
 
@@ -176,17 +180,18 @@ def measure(args):
         rows = measure_rows(args)
     finally:
         os.sched_setaffinity(0, cpus)
-    return {"machine": environment.machine(), "sizes": args.sizes, "repeats": args.repeats,
+    return {"machine": environment.machine(), "format": FORMAT, "sizes": args.sizes, "repeats": args.repeats,
             "protocols": protocols(grpc, collectives), "rows": rows}
 
 
 def load(results_dir):
-    """The costs measured on this machine with its software (results/bench-costs.json), or None."""
+    """The costs measured on this machine with its software (results/bench-costs.json), or None (also for a
+    record of an older FORMAT)."""
     path = os.path.join(results_dir, COSTS)
     if not os.path.exists(path):
         return None
     costs = results.read_json(path)
-    return costs if costs.get("machine") == environment.machine() else None
+    return costs if costs.get("machine") == environment.machine() and costs.get("format") == FORMAT else None
 
 
 def describe(costs):
@@ -198,6 +203,9 @@ def describe(costs):
                              f"{fitted['bytes_per_second'] * 8 / 1e9:8.2f} Gbit/s")
         if "message_seconds" in operations:
             lines.append(f"{name:10s} {'message':11s} {'':27s}{operations['message_seconds'] * 1e6:9.1f} us")
+        if "background_cpu_share" in operations:
+            lines.append(f"{name:10s} {'background':11s} {operations['background_cpu_share']:.3f} of a core per rank, "
+                         f"all the time (Horovod's background thread)")
     lines.append("rows (one core)  seconds per GB of rows: " + ", ".join(
         f"{name} {r['seconds_per_byte'] * 1e9:.2f} [{r['p16'] / r['bytes'] * 1e9:.2f}, {r['p84'] / r['bytes'] * 1e9:.2f}]"
         for name, r in costs["rows"].items()))
@@ -215,6 +223,7 @@ def main():
     if args.mpi:
         mpirun.check()
     args.sizes = SIZES["quick" if args.quick else "full"]
+    args.idle_seconds = IDLE_SECONDS["quick" if args.quick else "full"]
     args.repeats = 5 if args.quick else args.repeats
     costs = measure(args)
     print(describe(costs))

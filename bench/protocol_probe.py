@@ -5,7 +5,8 @@ on an unshaped link (or under mpirun), timing the real engines:
                         a ps0 variable into one of its own) and a push (an assignment of its own tensor to a ps0
                         variable) of each of --sizes bytes, and a pull of --tensors small tensors in one run
     --probe=collective  every rank times Horovod's allreduce (sum) and allgather of each of --sizes bytes per
-                        rank (Gloo; Horovod's MPI operations when started by mpirun)
+                        rank (Gloo; Horovod's MPI operations when started by mpirun), then measures the CPU its
+                        background thread takes while the rank does nothing else (--idle_seconds)
 
 Each timing is --repeats session.runs after one untimed run; worker0 (rank 0) writes them all to
 --timings_file as {operation: {size in bytes: [seconds, ...]}}, which bench/costs.py reads (a file: mpirun
@@ -30,6 +31,8 @@ def parse_flags():
                          flag_values=parser)
     flags.DEFINE_string("timings_file", None, "where worker0 (rank 0) writes the timings", flag_values=parser)
     flags.DEFINE_integer("repeats", 15, "timed runs of each operation", lower_bound=3, flag_values=parser)
+    flags.DEFINE_float("idle_seconds", 5.0, "how long each rank idles while its background CPU is measured",
+                       lower_bound=0.1, flag_values=parser)
     args = flags.parse(parser)
     args.sizes = [int(size) for size in args.sizes]
     return args
@@ -90,6 +93,16 @@ def grpc_probe(args):
     results.write_json(args.timings_file, timings)
 
 
+def background_cpu_share(seconds):
+    """The CPU this process uses per second of wall time while its main thread sleeps: with TensorFlow idle, what
+    Horovod's background thread takes. It wakes every cycle (HOROVOD_CYCLE_TIME, 1 ms by default) and
+    coordinates the ranks whether or not a tensor is waiting (RunLoopOnce in horovod/common/operations.cc), so
+    a worker pays it all the time, computing too."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
+
+
 def collective_probe(args):
     import horovod.tensorflow as hvd
     hvd.init()
@@ -104,6 +117,10 @@ def collective_probe(args):
         session.run(tf.compat.v1.global_variables_initializer())
         timings = {name: {size: timed(session, op, args.repeats) for size, op in by_size.items()}
                    for name, by_size in operations.items()}
+        share = tf.compat.v1.placeholder(tf.float64, [1])
+        every_rank = hvd.allgather(share)
+        timings["background_cpu_share"] = session.run(every_rank, {share: [background_cpu_share(args.idle_seconds)]}
+                                                      ).tolist()
     if hvd.rank() == 0:
         results.write_json(args.timings_file, timings)
 

@@ -220,6 +220,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     _, bytes_only_network, _ = traffic.predict(run.traffic, variables, rows, num_workers, num_ps, machine_of,
                                                byte_rate, partitions)
     compute_term, compute_run_names = compute
+    background_term = traffic.background_seconds(run.traffic, compute_term, num_workers, CORES, args.costs)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
@@ -229,7 +230,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
               "compute_seconds_one_device": one_device_throughput["median_step_seconds"],
               "compute_run_names": compute_run_names, "cores_shared": num_workers > CORES,
               "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
-    bound = compute_term + network_term + update_term
+    bound = compute_term + background_term + network_term + update_term
     if bound * args.steps > args.max_run_seconds:
         return dict(record, skipped=f"its bound is {bound:.1f} s a step, {bound * args.steps / 60:.0f} minutes "
                                     f"for {args.steps} steps (--max_run_seconds={args.max_run_seconds})")
@@ -249,7 +250,8 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                 measured_steps_counted=counted["steps"],
                 bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
                                                if sum(map(sum, predicted)) else None),
-                compute_seconds=compute_term, network_seconds=network_term, update_seconds=update_term,
+                compute_seconds=compute_term, background_seconds=background_term, network_seconds=network_term,
+                update_seconds=update_term,
                 bound_seconds=bound, step_over_bound=step / bound,
                 bytes_only_network_seconds=bytes_only_network,
                 bytes_only_bound_seconds=compute_term + bytes_only_network,

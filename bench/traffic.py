@@ -211,6 +211,8 @@ class Costs:
     local_transports: dict = dataclasses.field(default_factory=dict)  # transport: its own within a machine
     parallel_parts: bool = False  # a server updates its parts at once, each on a core of its own
     accelerated_workers: bool = False  # the workers' own update runs on accelerators (in the compute term)
+    background_shares: dict = dataclasses.field(default_factory=dict)  # transport: a core's share its library's
+    #                                                                    background thread takes, all the time
 
     @classmethod
     def measured(cls, costs, collective="gloo", shared_cores=False):
@@ -220,12 +222,15 @@ class Costs:
         grpc = protocols["grpc"]
         rates = {"grpc": min(grpc["pull"]["bytes_per_second"], grpc["push"]["bytes_per_second"])}
         messages = {"grpc": grpc["message_seconds"]}
+        shares = {}
         for name in ("gloo", "mpi", "mpi-local"):
             if name in protocols:
-                rates[name] = min(op["bytes_per_second"] for op in protocols[name].values())
-                messages[name] = max(op["fixed_seconds"] for op in protocols[name].values())
+                operations = [protocols[name][operation] for operation in COLLECTIVES]
+                rates[name] = min(op["bytes_per_second"] for op in operations)
+                messages[name] = max(op["fixed_seconds"] for op in operations)
+                shares[name] = protocols[name]["background_cpu_share"]
         return cls(rates, messages, rows["deduplicate"]["seconds_per_byte"], rows["apply"]["seconds_per_byte"],
-                   rows["add"]["seconds_per_byte"], transports(collective), shared_cores)
+                   rows["add"]["seconds_per_byte"], transports(collective), shared_cores, background_shares=shares)
 
     def protocol_seconds(self, transport, size):
         """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
@@ -262,6 +267,24 @@ def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
         total += max(max(busiest.values(), default=0.0), max(local.values(), default=0.0),
                      shared if costs.shared_cores else 0.0)
     return total
+
+
+COLLECTIVE_ARCHITECTURES = ("allreduce", "allreduce-dense", "hybrid", "hybrid-local")  # workers run Horovod
+
+
+def background_seconds(architecture, compute_seconds, num_workers, cores, costs=Costs()):
+    """What Horovod's background thread adds to the compute where the workers share `cores` (costs.shared_cores:
+    the emulated cluster). Every worker's thread takes a share s of a core all the time (it coordinates the ranks
+    every cycle, bench/costs.py); the W computations, measured at once as `compute_seconds` on min(W, cores)
+    cores, keep what is left, cores - W s, and stretch by min(W, cores) / (cores - W s) when that is above 1.
+    Zero without Horovod, off shared cores, and where a spare core takes the threads' work."""
+    share = costs.background_shares.get(costs.transports["allreduce"], 0.0)
+    if architecture not in COLLECTIVE_ARCHITECTURES or not costs.shared_cores or not share:
+        return 0.0
+    left = cores - num_workers * share
+    if left <= 0:
+        return float("inf")  # the threads alone would fill the cores
+    return compute_seconds * max(min(num_workers, cores) / left - 1.0, 0.0)
 
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",

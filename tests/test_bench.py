@@ -138,6 +138,21 @@ def test_the_costed_bound_adds_each_protocol_s_rate_and_messages_and_the_servers
         (4 * 20 * 1.0 + 3 * 20 * 10.0) - (2 * 20 * 1.0 + 2 * 20 * 10.0))
 
 
+def test_horovod_s_background_threads_stretch_the_compute_only_where_they_leave_no_core_spare():
+    """Each Horovod worker's background thread takes 0.1 of a core all the time. On 2 shared cores, 2 workers
+    computing 1 s at once keep 2 - 0.2 cores for 2 cores' work: 2 / 1.8 s; 4 workers keep 1.6: 2 / 1.6 s; 1
+    worker has a core to spare for its thread. The PS runners have no such thread; off shared cores (a real
+    cluster) a thread has its own core; without a measured share there is nothing to add."""
+    costs = traffic.Costs(background_shares={"gloo": 0.1}, shared_cores=True)
+    assert traffic.background_seconds("allreduce", 1.0, 2, 2, costs) == pytest.approx(2 / 1.8 - 1)
+    assert traffic.background_seconds("hybrid", 1.0, 4, 2, costs) == pytest.approx(2 / 1.6 - 1)
+    assert traffic.background_seconds("allreduce-dense", 1.0, 1, 2, costs) == 0.0
+    assert traffic.background_seconds("ps", 1.0, 2, 2, costs) == 0.0
+    assert traffic.background_seconds("allreduce", 1.0, 2, 2, dataclasses.replace(costs, shared_cores=False)) == 0.0
+    assert traffic.background_seconds("allreduce", 1.0, 2, 2, traffic.Costs(shared_cores=True)) == 0.0
+    assert traffic.background_seconds("allreduce", 1.0, 20, 2, costs) == float("inf")
+
+
 def test_a_transport_of_its_own_within_a_machine_prices_the_flows_there():
     """Two ranks on one machine allgather their rows (2 and 2 distinct rows of 24 bytes with the index, in two
     collectives: values, then indices): over MPI between machines it would cross no link and cost nothing; MPI's
@@ -169,17 +184,27 @@ def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs
     measured = json.loads((measured_costs / "bench-costs.json").read_text())
     assert set(measured["protocols"]) == {"grpc", "gloo", "mpi", "mpi-local"}
     fits = [measured["protocols"]["grpc"]["pull"], measured["protocols"]["grpc"]["push"],
-            *[fitted for name in ("gloo", "mpi", "mpi-local") for fitted in measured["protocols"][name].values()]]
+            *[measured["protocols"][name][operation] for name in ("gloo", "mpi", "mpi-local")
+              for operation in traffic.COLLECTIVES]]
     for fitted in fits:
         assert 1e6 < fitted["bytes_per_second"] and 0 <= fitted["fixed_seconds"] < 1
         assert all(0 < p["p16"] <= p["median"] <= p["p84"] < 5 for p in fitted["points"])
     assert 0 <= measured["protocols"]["grpc"]["message_seconds"] < 0.1
+    for name in ("gloo", "mpi", "mpi-local"):  # a share of one core: the thread wakes every millisecond
+        assert 0 < measured["protocols"][name]["background_cpu_share"] < 1
     for work in measured["rows"].values():
         assert 1e-13 < work["seconds_per_byte"] < 1e-6
     from bench import costs
     assert costs.load(str(measured_costs)) == measured  # this machine's: a bench run reuses it
     costed = traffic.Costs.measured(measured)
     assert costed.rates["grpc"] > 1e6 and costed.message_seconds["gloo"] >= 0
+    assert costed.background_shares["gloo"] == measured["protocols"]["gloo"]["background_cpu_share"]
+    stale = dict(measured, format=costs.FORMAT - 1)
+    (measured_costs / "bench-costs.json").write_text(json.dumps(stale))
+    try:
+        assert costs.load(str(measured_costs)) is None  # measured again: it lacks what the code now reads
+    finally:
+        (measured_costs / "bench-costs.json").write_text(json.dumps(measured))
 
 
 def test_greedy_placement_is_the_runners_placement():
