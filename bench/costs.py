@@ -16,7 +16,8 @@ shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs
             starts its ranks on this machine's network, so not between namespaces; -mca btl tcp,self as
             Parallax's experiments ran MPI between machines)
     mpi-local  the same through shared memory (-mca btl vader,self): MPI between the ranks of one machine
-Each is fitted as seconds = fixed + wire bytes / rate over the probe's sizes, by least squares on the medians;
+Each is fitted as seconds = fixed + wire bytes / rate through the smallest and the largest size's medians, with
+the CPU seconds the whole machine spends per byte a rank sends at the largest size (both ends share it);
 gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Rows, in this
 process on one core: deduplicating a sparse gradient (model.deduplicate), applying distinct rows with lm1b's
 Adagrad rule (model.apply_gradient) and adding dense gradients, each per byte of rows.
@@ -43,7 +44,7 @@ from bench import protocol_probe
 PROBE = os.path.abspath(protocol_probe.__file__)
 COSTS = "bench-costs.json"
 SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 << 18]}
-FORMAT = 2  # what a record holds: 2 added the collectives' background CPU; an older record is measured again
+FORMAT = 2  # what a record holds: 2 added the CPU per byte and the collectives' background; older: measured again
 IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
 
@@ -128,16 +129,24 @@ def measure_mpi(args, transport):
     return run_probe([tasks.Task("mpirun", command)], LocalProcess(), timings_file(args, "collective"))
 
 
+def fit_with_cpu(timings, operation, ranks):
+    """fit() of an operation, with the machine's CPU seconds per byte a rank sent at the largest size: each of
+    `ranks` sends that size (two ranks' allreduce sends 2 (N-1)/N of it)."""
+    fitted = fit(timings[operation])
+    largest = max(int(size) for size in timings[operation])
+    return {**fitted, "cpu_seconds_per_byte": timings["cpu_seconds"][operation] / (ranks * largest)}
+
+
 def protocols(grpc, collectives):
     """The fitted protocols from the probes' timings; gRPC's cost of a message from its pull of many small
     tensors in one run against one (their sizes say how many)."""
     (one_size, one), = grpc["pull_one_small"].items()
     (many_size, many), = grpc["pull_many_small"].items()
     tensors = int(many_size) // int(one_size)
-    found = {"grpc": {"pull": fit(grpc["pull"]), "push": fit(grpc["push"]),
+    found = {"grpc": {"pull": fit_with_cpu(grpc, "pull", 1), "push": fit_with_cpu(grpc, "push", 1),
                       "message_seconds": max(float(np.median(many) - np.median(one)) / (tensors - 1), 0.0)}}
     for name, timings in collectives.items():
-        found[name] = {operation: fit(timings[operation]) for operation in ("allreduce", "allgather")}
+        found[name] = {operation: fit_with_cpu(timings, operation, 2) for operation in ("allreduce", "allgather")}
         found[name]["background_cpu_share"] = float(np.median(timings["background_cpu_share"]))
     return found
 
@@ -195,12 +204,13 @@ def load(results_dir):
 
 
 def describe(costs):
-    lines = ["protocol   operation   fixed        rate (unshaped)   per-message"]
+    lines = ["protocol   operation   fixed        rate (unshaped)   the machine's CPU   per-message"]
     for name, operations in costs["protocols"].items():
         for operation, fitted in operations.items():
             if isinstance(fitted, dict):
                 lines.append(f"{name:10s} {operation:11s} {fitted['fixed_seconds'] * 1e3:7.3f} ms  "
-                             f"{fitted['bytes_per_second'] * 8 / 1e9:8.2f} Gbit/s")
+                             f"{fitted['bytes_per_second'] * 8 / 1e9:8.2f} Gbit/s   "
+                             f"{fitted['cpu_seconds_per_byte'] * 1e9:5.2f} CPU s per GB")
         if "message_seconds" in operations:
             lines.append(f"{name:10s} {'message':11s} {'':27s}{operations['message_seconds'] * 1e6:9.1f} us")
         if "background_cpu_share" in operations:

@@ -10,7 +10,9 @@ on an unshaped link (or under mpirun), timing the real engines:
 
 Each timing is --repeats session.runs after one untimed run; worker0 (rank 0) writes them all to
 --timings_file as {operation: {size in bytes: [seconds, ...]}}, which bench/costs.py reads (a file: mpirun
-interleaves its ranks' output within a line)."""
+interleaves its ranks' output within a line). For the largest size it also writes the CPU the whole machine
+spent per run, both ends of the transfer (they share this machine), under "cpu_seconds": {operation: seconds}."""
+import os
 import time
 
 from harness import determinism
@@ -47,6 +49,29 @@ def timed(session, op, repeats):
         session.run(op)
         seconds.append(time.perf_counter() - started)
     return seconds
+
+
+def machine_cpu_seconds():
+    """The CPU seconds this machine's cores have spent busy since it started (/proc/stat: user, nice, system,
+    irq and softirq; a network namespace sees the whole machine's)."""
+    with open("/proc/stat") as stat:
+        user, nice, system, _idle, _iowait, irq, softirq = map(int, stat.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_with_cpu(session, operations, repeats):
+    """{name: {size: [seconds]}} of every operation, and {name: the machine's CPU seconds per run} of each
+    one's largest size: what one flow of that size costs the cores, both ends together."""
+    timings = {name: {size: timed(session, op, repeats) for size, op in by_size.items()}
+               for name, by_size in operations.items()}
+    cpu = {}
+    for name, by_size in operations.items():
+        largest = by_size[max(by_size)]
+        started = machine_cpu_seconds()
+        for _ in range(repeats):
+            session.run(largest)
+        cpu[name] = (machine_cpu_seconds() - started) / repeats
+    return {**timings, "cpu_seconds": cpu}
 
 
 def floats(size_bytes):
@@ -87,8 +112,9 @@ def grpc_probe(args):
         initialise = tf.compat.v1.global_variables_initializer()
     with cluster.session(graph, ["/job:ps"]) as session:
         cluster.run(session, initialise, starting=True)
-        timings = {name: {size: timed(session, op, args.repeats) for size, op in by_size.items()}
-                   for name, by_size in operations.items()}
+        timings = timed_with_cpu(session, {name: operations[name] for name in ("pull", "push")}, args.repeats)
+        timings.update({name: {size: timed(session, op, args.repeats) for size, op in operations[name].items()}
+                        for name in ("pull_one_small", "pull_many_small")})
         session.run(over)
     results.write_json(args.timings_file, timings)
 
@@ -115,8 +141,7 @@ def collective_probe(args):
         operations["allgather"][size] = tf.reduce_sum(hvd.allgather(tensor)[:1])
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
-        timings = {name: {size: timed(session, op, args.repeats) for size, op in by_size.items()}
-                   for name, by_size in operations.items()}
+        timings = timed_with_cpu(session, operations, args.repeats)
         share = tf.compat.v1.placeholder(tf.float64, [1])
         every_rank = hvd.allgather(share)
         timings["background_cpu_share"] = session.run(every_rank, {share: [background_cpu_share(args.idle_seconds)]}

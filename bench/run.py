@@ -220,7 +220,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     _, bytes_only_network, _ = traffic.predict(run.traffic, variables, rows, num_workers, num_ps, machine_of,
                                                byte_rate, partitions)
     compute_term, compute_run_names = compute
-    background_term = traffic.background_seconds(run.traffic, compute_term, num_workers, CORES, args.costs)
+    background_term = traffic.background_seconds(run.traffic, compute_term, num_workers, args.costs)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
@@ -343,7 +343,7 @@ def main():
     links = args.net
     combinations = [(link, config, runner, w, repeat) for link in links for config in args.configs
                     for w in args.workers for repeat in range(1, args.repeats + 1) for runner in args.runners]
-    args.costs = traffic.Costs.measured(protocol_costs(args), shared_cores=True)  # the emulated cluster
+    args.costs = traffic.Costs.measured(protocol_costs(args), shared_cores=CORES)  # the emulated cluster
     output = os.path.join(args.results_dir, results.CROSSOVER if args.crossover else results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "

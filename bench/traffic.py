@@ -207,30 +207,33 @@ class Costs:
     apply_seconds_per_byte: float = 0.0
     add_seconds_per_byte: float = 0.0
     transports: dict = dataclasses.field(default_factory=transports)  # a flow's operation: its transport
-    shared_cores: bool = False  # every machine's tasks on this machine's cores (the emulated cluster)
+    shared_cores: int = 0  # the cores every machine's tasks share (the emulated cluster: this machine's); 0: none
     local_transports: dict = dataclasses.field(default_factory=dict)  # transport: its own within a machine
     parallel_parts: bool = False  # a server updates its parts at once, each on a core of its own
     accelerated_workers: bool = False  # the workers' own update runs on accelerators (in the compute term)
     background_shares: dict = dataclasses.field(default_factory=dict)  # transport: a core's share its library's
     #                                                                    background thread takes, all the time
+    cpu_seconds_per_byte: dict = dataclasses.field(default_factory=dict)  # transport: CPU of both ends per byte
 
     @classmethod
-    def measured(cls, costs, collective="gloo", shared_cores=False):
+    def measured(cls, costs, collective="gloo", shared_cores=0):
         """From bench/costs.py's record: gRPC's slower direction and its cost of a message; a collective's
-        allreduce and allgather, the slower rate and the larger fixed cost (one collective is one message)."""
+        allreduce and allgather, the slower rate and the larger fixed cost (one collective is one message); the
+        larger CPU per byte of each transport's operations."""
         protocols, rows = costs["protocols"], costs["rows"]
-        grpc = protocols["grpc"]
-        rates = {"grpc": min(grpc["pull"]["bytes_per_second"], grpc["push"]["bytes_per_second"])}
-        messages = {"grpc": grpc["message_seconds"]}
-        shares = {}
-        for name in ("gloo", "mpi", "mpi-local"):
+        rates, messages, cpu, shares = {}, {}, {}, {}
+        for name, operations in (("grpc", ("pull", "push")), ("gloo", COLLECTIVES), ("mpi", COLLECTIVES),
+                                 ("mpi-local", COLLECTIVES)):
             if name in protocols:
-                operations = [protocols[name][operation] for operation in COLLECTIVES]
-                rates[name] = min(op["bytes_per_second"] for op in operations)
-                messages[name] = max(op["fixed_seconds"] for op in operations)
-                shares[name] = protocols[name]["background_cpu_share"]
+                fitted = [protocols[name][operation] for operation in operations]
+                rates[name] = min(op["bytes_per_second"] for op in fitted)
+                messages[name] = max(op["fixed_seconds"] for op in fitted)
+                cpu[name] = max(op["cpu_seconds_per_byte"] for op in fitted)
+                shares[name] = protocols[name].get("background_cpu_share", 0.0)
+        messages["grpc"] = protocols["grpc"]["message_seconds"]  # a flow adds one tensor to a run, not a run
         return cls(rates, messages, rows["deduplicate"]["seconds_per_byte"], rows["apply"]["seconds_per_byte"],
-                   rows["add"]["seconds_per_byte"], transports(collective), shared_cores, background_shares=shares)
+                   rows["add"]["seconds_per_byte"], transports(collective), shared_cores, background_shares=shares,
+                   cpu_seconds_per_byte=cpu)
 
     def protocol_seconds(self, transport, size):
         """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
@@ -243,18 +246,21 @@ def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
     (a flow is one message). A flow within a machine is free, unless its transport has one of its own there
     (costs.local_transports: MPI through shared memory), whose work its sender does. Where every machine's tasks
     share this machine's cores (costs.shared_cores: the emulated cluster), the phase takes at least the
-    protocols' work of all its flows, loopback ones included, one after another at the measured rates (a
-    collective's rate was measured with two ranks working at once: each rank's flow takes half of it). With
-    Costs(), the busiest direction's bytes / the link's rate."""
+    protocols' work of all its flows, loopback ones included: their CPU (both ends, measured per byte) spread
+    over the cores, plus their messages' fixed costs one after another (a collective's was measured with two
+    ranks at once: each rank's flow takes half of it), and no less than its longest flow alone. With Costs(),
+    the busiest direction's bytes / the link's rate."""
     total = 0.0
     for phase in (PULL, EXCHANGE):
-        busiest, shared, local = {}, 0.0, {}
+        busiest, local, cpu, messages, longest = {}, {}, 0.0, 0.0, 0.0
         for source, destination, size, flow_phase, operation in step_flows:
             if flow_phase != phase:
                 continue
             transport = costs.transports[operation]
-            shared += costs.protocol_seconds(transport, size) / (COLLECTIVE_PROBE_RANKS if operation in COLLECTIVES
-                                                                 else 1)
+            cpu += size * costs.cpu_seconds_per_byte.get(transport, 0.0)
+            messages += costs.message_seconds.get(transport, 0.0) / (COLLECTIVE_PROBE_RANKS if operation in
+                                                                     COLLECTIVES else 1)
+            longest = max(longest, costs.protocol_seconds(transport, size))
             if machine_of[source] == machine_of[destination]:
                 if transport in costs.local_transports:
                     local[source] = local.get(source, 0.0) + costs.protocol_seconds(
@@ -264,27 +270,27 @@ def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
                 costs.message_seconds.get(transport, 0.0)
             for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
                 busiest[direction] = busiest.get(direction, 0.0) + seconds
-        total += max(max(busiest.values(), default=0.0), max(local.values(), default=0.0),
-                     shared if costs.shared_cores else 0.0)
+        shared = max(messages + cpu / costs.shared_cores, longest) if costs.shared_cores else 0.0
+        total += max(max(busiest.values(), default=0.0), max(local.values(), default=0.0), shared)
     return total
 
 
 COLLECTIVE_ARCHITECTURES = ("allreduce", "allreduce-dense", "hybrid", "hybrid-local")  # workers run Horovod
 
 
-def background_seconds(architecture, compute_seconds, num_workers, cores, costs=Costs()):
-    """What Horovod's background thread adds to the compute where the workers share `cores` (costs.shared_cores:
-    the emulated cluster). Every worker's thread takes a share s of a core all the time (it coordinates the ranks
+def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()):
+    """What Horovod's background thread adds to the compute where the workers share costs.shared_cores cores
+    (the emulated cluster). Every worker's thread takes a share s of a core all the time (it coordinates the ranks
     every cycle, bench/costs.py); the W computations, measured at once as `compute_seconds` on min(W, cores)
     cores, keep what is left, cores - W s, and stretch by min(W, cores) / (cores - W s) when that is above 1.
     Zero without Horovod, off shared cores, and where a spare core takes the threads' work."""
     share = costs.background_shares.get(costs.transports["allreduce"], 0.0)
     if architecture not in COLLECTIVE_ARCHITECTURES or not costs.shared_cores or not share:
         return 0.0
-    left = cores - num_workers * share
+    left = costs.shared_cores - num_workers * share
     if left <= 0:
         return float("inf")  # the threads alone would fill the cores
-    return compute_seconds * max(min(num_workers, cores) / left - 1.0, 0.0)
+    return compute_seconds * max(min(num_workers, costs.shared_cores) / left - 1.0, 0.0)
 
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",

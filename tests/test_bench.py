@@ -105,7 +105,7 @@ def test_phases_add_up_the_busiest_direction_of_each():
 def test_the_costed_bound_reduces_to_the_bytes_only_bound_without_costs():
     """Infinite protocol rates, no fixed cost and no CPU work per byte give the bytes-only bound, term by term."""
     free = traffic.Costs(rates={"grpc": float("inf"), "gloo": float("inf")}, message_seconds={"grpc": 0.0, "gloo": 0.0},
-                         shared_cores=True)
+                         cpu_seconds_per_byte={"grpc": 0.0, "gloo": 0.0}, shared_cores=2)
     step = one_step([1, 2, 2], [2, 7])
     placement_of = machines(["worker0", "ps0"], ["worker1", "ps1"])
     for architecture in traffic.ARCHITECTURES:
@@ -127,10 +127,14 @@ def test_the_costed_bound_adds_each_protocol_s_rate_and_messages_and_the_servers
     placement_of = machines(["worker0", "ps0"], ["worker1"])
     assert traffic.network_seconds(flows, placement_of, 100.0, costs) == 2 * (400 / 50 + 1)
     assert traffic.update_seconds("ps", [DENSE], one_step([1], [2]), 2, 1, costs=costs) == pytest.approx(400 * 0.01)
-    # On one machine's cores (the emulated cluster) the protocol's work of every flow, the local one's too, adds
-    # up: 2 pulls of 400 bytes at 50 bytes/s and 2 messages a phase, more than the link direction's 9 s.
-    shared = dataclasses.replace(costs, shared_cores=True)
-    assert traffic.network_seconds(flows, placement_of, 100.0, shared) == 2 * (2 * (400 / 50 + 1))
+    # On one machine's 2 cores (the emulated cluster) every flow's protocol work counts, the local one's too:
+    # 2 flows of 400 bytes a phase at 0.05 CPU seconds a byte (both ends), spread over the cores, and their 2
+    # messages one after another: 800 * 0.05 / 2 + 2 s, more than the link direction's 9 s.
+    shared = dataclasses.replace(costs, shared_cores=2, cpu_seconds_per_byte={"grpc": 0.05})
+    assert traffic.network_seconds(flows, placement_of, 100.0, shared) == pytest.approx(2 * (800 * 0.05 / 2 + 2))
+    # With little CPU a byte, a phase still takes as long as its longest flow alone, 400 / 50 + 1 s.
+    light = dataclasses.replace(shared, cpu_seconds_per_byte={"grpc": 0.001}, rates={"grpc": 20.0})
+    assert traffic.network_seconds(flows, placement_of, 100.0, light) == pytest.approx(2 * (400 / 20 + 1))
     # Allgather: every worker deduplicates both workers' rows and applies their union; one device, its own.
     costs = traffic.Costs(deduplicate_seconds_per_byte=1.0, apply_seconds_per_byte=10.0)
     step = one_step([1, 2, 2], [2, 7])  # distinct: {1, 2} and {2, 7}, union {1, 2, 7}; rows of 20 bytes
@@ -143,14 +147,14 @@ def test_horovod_s_background_threads_stretch_the_compute_only_where_they_leave_
     computing 1 s at once keep 2 - 0.2 cores for 2 cores' work: 2 / 1.8 s; 4 workers keep 1.6: 2 / 1.6 s; 1
     worker has a core to spare for its thread. The PS runners have no such thread; off shared cores (a real
     cluster) a thread has its own core; without a measured share there is nothing to add."""
-    costs = traffic.Costs(background_shares={"gloo": 0.1}, shared_cores=True)
-    assert traffic.background_seconds("allreduce", 1.0, 2, 2, costs) == pytest.approx(2 / 1.8 - 1)
-    assert traffic.background_seconds("hybrid", 1.0, 4, 2, costs) == pytest.approx(2 / 1.6 - 1)
-    assert traffic.background_seconds("allreduce-dense", 1.0, 1, 2, costs) == 0.0
-    assert traffic.background_seconds("ps", 1.0, 2, 2, costs) == 0.0
-    assert traffic.background_seconds("allreduce", 1.0, 2, 2, dataclasses.replace(costs, shared_cores=False)) == 0.0
-    assert traffic.background_seconds("allreduce", 1.0, 2, 2, traffic.Costs(shared_cores=True)) == 0.0
-    assert traffic.background_seconds("allreduce", 1.0, 20, 2, costs) == float("inf")
+    costs = traffic.Costs(background_shares={"gloo": 0.1}, shared_cores=2)
+    assert traffic.background_seconds("allreduce", 1.0, 2, costs) == pytest.approx(2 / 1.8 - 1)
+    assert traffic.background_seconds("hybrid", 1.0, 4, costs) == pytest.approx(2 / 1.6 - 1)
+    assert traffic.background_seconds("allreduce-dense", 1.0, 1, costs) == 0.0
+    assert traffic.background_seconds("ps", 1.0, 2, costs) == 0.0
+    assert traffic.background_seconds("allreduce", 1.0, 2, dataclasses.replace(costs, shared_cores=0)) == 0.0
+    assert traffic.background_seconds("allreduce", 1.0, 2, traffic.Costs(shared_cores=2)) == 0.0
+    assert traffic.background_seconds("allreduce", 1.0, 20, costs) == float("inf")
 
 
 def test_a_transport_of_its_own_within_a_machine_prices_the_flows_there():
@@ -192,6 +196,8 @@ def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs
     assert 0 <= measured["protocols"]["grpc"]["message_seconds"] < 0.1
     for name in ("gloo", "mpi", "mpi-local"):  # a share of one core: the thread wakes every millisecond
         assert 0 < measured["protocols"][name]["background_cpu_share"] < 1
+    for fitted in fits:  # the machine's CPU per byte sent: a flow costs some, and less than 1 s per MB
+        assert 0 <= fitted["cpu_seconds_per_byte"] < 1e-6
     for work in measured["rows"].values():
         assert 1e-13 < work["seconds_per_byte"] < 1e-6
     from bench import costs
