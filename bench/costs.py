@@ -20,7 +20,9 @@ Each is fitted as seconds = fixed + wire bytes / rate through the smallest and t
 the CPU seconds the whole machine spends per byte a rank sends at the largest size (both ends share it);
 gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Rows, in this
 process on one core: deduplicating a sparse gradient (model.deduplicate), applying distinct rows with lm1b's
-Adagrad rule (model.apply_gradient) and adding dense gradients, each per byte of rows.
+Adagrad rule (model.apply_gradient) and adding dense gradients, each per byte of rows; densifying a sparse
+gradient into its table (tf.convert_to_tensor, as --sparse_as_dense does) and applying a dense gradient to a
+whole table, each per byte of the table.
 """
 import contextlib
 import io
@@ -44,7 +46,7 @@ from bench import protocol_probe
 PROBE = os.path.abspath(protocol_probe.__file__)
 COSTS = "bench-costs.json"
 SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 << 18]}
-FORMAT = 2  # what a record holds: 2 added the CPU per byte and the collectives' background; older: measured again
+FORMAT = 2  # what a record holds: 2 added the CPU per byte, the collectives' background and the dense update
 IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
 
@@ -153,7 +155,9 @@ def protocols(grpc, collectives):
 
 def measure_rows(args):
     """Seconds per byte of rows: deduplicating a gradient of `rows` positions with repeats (Zipf, as words are),
-    applying its distinct rows with lm1b's Adagrad rule, and adding two dense gradients; on one core."""
+    applying its distinct rows with lm1b's Adagrad rule, and adding two dense gradients; and per byte of a
+    table: densifying the gradient into it (Horovod's --sparse_as_dense) and applying a dense gradient to the
+    whole table with the same rule; on one core."""
     rows, vocab = (20_000, 100_000) if not args.quick else (2_000, 10_000)
     rng = np.random.default_rng(args.seed)
     indices = np.minimum(rng.zipf(1.2, rows) - 1, vocab - 1).astype(np.int32)
@@ -166,6 +170,7 @@ def measure_rows(args):
         unique = tf.IndexedSlices(tf.Variable(rng.random((len(distinct), ROW_FLOATS), np.float32)).read_value(),
                                   tf.constant(distinct), tf.constant([vocab, ROW_FLOATS]))
         table, accumulator = tf.Variable(tf.ones([vocab, ROW_FLOATS])), tf.Variable(tf.ones([vocab, ROW_FLOATS]))
+        whole = tf.Variable(rng.random((vocab, ROW_FLOATS), np.float32)).read_value()
         lm = types.SimpleNamespace(config=configs.CONFIGS["lm1b"], variables={"softmax_w": table},
                                    accumulators={"softmax_w": accumulator})
         deduplicated = model.deduplicate(gathered)
@@ -173,7 +178,9 @@ def measure_rows(args):
             # Each result is fetched through a sum of its first row: a tf.group of them was optimised away.
             "deduplicate": (tf.reduce_sum(deduplicated.values[:1]), rows * row_bytes),
             "apply": (model.apply_gradient(lm, "softmax_w", [unique], 1.0, 0.2), len(distinct) * row_bytes),
-            "add": (tf.reduce_sum((gathered.values + gathered.values)[:1]), rows * row_bytes)}
+            "add": (tf.reduce_sum((gathered.values + gathered.values)[:1]), rows * row_bytes),
+            "densify": (tf.reduce_sum(tf.convert_to_tensor(gathered)[:1]), vocab * row_bytes),
+            "apply_dense": (model.apply_gradient(lm, "softmax_w", [whole], 1.0, 0.2), vocab * row_bytes)}
         with tf.compat.v1.Session(config=harness.determinism.session_config(args)) as session:
             session.run(tf.compat.v1.global_variables_initializer())
             measured = {name: (quantiles(protocol_probe.timed(session, op, args.repeats)), size) for name, (op, size) in operations.items()}

@@ -206,6 +206,8 @@ class Costs:
     deduplicate_seconds_per_byte: float = 0.0
     apply_seconds_per_byte: float = 0.0
     add_seconds_per_byte: float = 0.0
+    densify_seconds_per_byte: float = 0.0  # per byte of a table: a sparse gradient made dense (sparse-as-dense)
+    apply_dense_seconds_per_byte: float = 0.0  # per byte of a table: the rule applied to all of it
     transports: dict = dataclasses.field(default_factory=transports)  # a flow's operation: its transport
     shared_cores: int = 0  # the cores every machine's tasks share (the emulated cluster: this machine's); 0: none
     local_transports: dict = dataclasses.field(default_factory=dict)  # transport: its own within a machine
@@ -231,9 +233,10 @@ class Costs:
                 cpu[name] = max(op["cpu_seconds_per_byte"] for op in fitted)
                 shares[name] = protocols[name].get("background_cpu_share", 0.0)
         messages["grpc"] = protocols["grpc"]["message_seconds"]  # a flow adds one tensor to a run, not a run
-        return cls(rates, messages, rows["deduplicate"]["seconds_per_byte"], rows["apply"]["seconds_per_byte"],
-                   rows["add"]["seconds_per_byte"], transports(collective), shared_cores, background_shares=shares,
-                   cpu_seconds_per_byte=cpu)
+        per_byte = {name: work["seconds_per_byte"] for name, work in rows.items()}
+        return cls(rates, messages, per_byte["deduplicate"], per_byte["apply"], per_byte["add"],
+                   per_byte["densify"], per_byte["apply_dense"], transports(collective), shared_cores,
+                   background_shares=shares, cpu_seconds_per_byte=cpu)
 
     def protocol_seconds(self, transport, size):
         """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
@@ -299,8 +302,9 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     busiest task that applies it. A parameter server adds its workers' dense gradients, deduplicates the rows
     they push to it and applies them, part after part (costs.parallel_parts: each part on a core of its own);
     under allreduce every worker deduplicates every worker's rows and applies them all (a ring allreduce adds
-    inside the collective, in the protocol's rate). With costs.accelerated_workers the workers' share runs on
-    their accelerators, in the compute term."""
+    inside the collective, in the protocol's rate); under sparse-as-dense every worker densifies each sparse
+    gradient into a whole table and applies the rule to all of it. With costs.accelerated_workers the workers'
+    share runs on their accelerators, in the compute term."""
     sparse = [v for v in variables if v.kind == "sparse"]
     dense = [v for v in variables if v.kind == "dense"]
 
@@ -313,9 +317,12 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     own = 0.0 if costs.accelerated_workers else work(sum(row_bytes(v, 0) for v in sparse),
                                                      sum(row_bytes(v, 0) for v in sparse),
                                                      dense_applied=sum(v.bytes for v in dense))
-    if architecture in ("allreduce", "allreduce-dense"):
-        if architecture == "allreduce-dense" or costs.accelerated_workers:
-            return 0.0  # every gradient dense, added in the collective; applied as on one device
+    if architecture in ("allreduce", "allreduce-dense") and costs.accelerated_workers:
+        return 0.0
+    if architecture == "allreduce-dense":  # added in the collective, then every table updated whole
+        tables = sum(v.bytes for v in sparse) * (costs.densify_seconds_per_byte + costs.apply_dense_seconds_per_byte)
+        return max(tables + work(0, 0, dense_applied=sum(v.bytes for v in dense)) - own, 0.0)
+    if architecture == "allreduce":
         union = sum(len(np.unique(np.concatenate([step_rows[w][v.name][1] for w in range(num_workers)])))
                     * v.row_bytes for v in sparse)
         busiest = work(sum(row_bytes(v, w) for v in sparse for w in range(num_workers)), union,

@@ -142,6 +142,19 @@ def test_the_costed_bound_adds_each_protocol_s_rate_and_messages_and_the_servers
         (4 * 20 * 1.0 + 3 * 20 * 10.0) - (2 * 20 * 1.0 + 2 * 20 * 10.0))
 
 
+def test_sparse_as_dense_densifies_and_updates_every_table_whole_on_every_worker():
+    """TABLE (2,000 bytes) densified at 0.001 s a byte and updated whole at 0.002 s a byte on each worker, where
+    one device updates only the 2 distinct rows (20 bytes each) of its gradient at 0.01 s a byte; the dense
+    kernel is applied the same either way."""
+    costs = traffic.Costs(densify_seconds_per_byte=0.001, apply_dense_seconds_per_byte=0.002,
+                          apply_seconds_per_byte=0.01)
+    step = one_step([1, 2, 2], [2, 7])
+    assert traffic.update_seconds("allreduce-dense", [DENSE, TABLE], step, 2, 1, costs=costs) == pytest.approx(
+        2000 * 0.003 - 2 * 20 * 0.01)
+    assert traffic.update_seconds("allreduce-dense", [DENSE, TABLE], step, 2, 1,
+                                  costs=dataclasses.replace(costs, accelerated_workers=True)) == 0.0
+
+
 def test_horovod_s_background_threads_stretch_the_compute_only_where_they_leave_no_core_spare():
     """Each Horovod worker's background thread takes 0.1 of a core all the time. On 2 shared cores, 2 workers
     computing 1 s at once keep 2 - 0.2 cores for 2 cores' work: 2 / 1.8 s; 4 workers keep 1.6: 2 / 1.6 s; 1
@@ -198,6 +211,7 @@ def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs
         assert 0 < measured["protocols"][name]["background_cpu_share"] < 1
     for fitted in fits:  # the machine's CPU per byte sent: a flow costs some, and less than 1 s per MB
         assert 0 <= fitted["cpu_seconds_per_byte"] < 1e-6
+    assert set(measured["rows"]) == {"deduplicate", "apply", "add", "densify", "apply_dense"}
     for work in measured["rows"].values():
         assert 1e-13 < work["seconds_per_byte"] < 1e-6
     from bench import costs
