@@ -11,7 +11,7 @@ Protocols, each between two machines of an emulated cluster (harness/starters/ne
 shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs on both):
     grpc    TensorFlow's gRPC runtime: a worker's pull of a parameter server's variable and push to it
     gloo    Horovod's Gloo allreduce and allgather between two ranks, and the CPU its background thread takes
-            per second when the ranks are idle (it coordinates them every cycle: a worker pays it all the time)
+            and the bytes it sends per second when the ranks are idle (it coordinates them every cycle)
     mpi     Horovod's MPI allreduce and allgather between two ranks under mpirun, over TCP on loopback (mpirun
             starts its ranks on this machine's network, so not between namespaces; -mca btl tcp,self as
             Parallax's experiments ran MPI between machines)
@@ -109,7 +109,8 @@ def measure_grpc_and_gloo(args):
         grpc = run_probe(grpc_tasks, starter, timings_file(args, "grpc"))
         environments, stop_rendezvous = launch.horovod_environments([first, second], netns.INTERFACE)
         try:
-            gloo = run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective")],
+            gloo = run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective"),
+                                                        f"--interface={netns.INTERFACE}"],
                                          {**env, **environments[r]}, host) for r, host in enumerate([first, second])],
                              starter, timings_file(args, "collective"))
         finally:
@@ -150,6 +151,8 @@ def protocols(grpc, collectives):
     for name, timings in collectives.items():
         found[name] = {operation: fit_with_cpu(timings, operation, 2) for operation in ("allreduce", "allgather")}
         found[name]["background_cpu_share"] = float(np.median(timings["background_cpu_share"]))
+        rates = timings["coordination_bytes_per_second"]  # counted between namespaces only (Gloo's probe)
+        found[name]["coordination_bytes_per_second"] = float(np.median(rates)) if rates else None
     return found
 
 
@@ -221,8 +224,10 @@ def describe(costs):
         if "message_seconds" in operations:
             lines.append(f"{name:10s} {'message':11s} {'':27s}{operations['message_seconds'] * 1e6:9.1f} us")
         if "background_cpu_share" in operations:
-            lines.append(f"{name:10s} {'background':11s} {operations['background_cpu_share']:.3f} of a core per rank, "
-                         f"all the time (Horovod's background thread)")
+            sent = operations["coordination_bytes_per_second"]
+            lines.append(f"{name:10s} {'background':11s} {operations['background_cpu_share']:.3f} of a core per rank "
+                         f"while idle (Horovod's background thread)"
+                         + ("" if sent is None else f", sending {sent / 1e3:.0f} kB/s"))
     lines.append("rows (one core)  seconds per GB of rows: " + ", ".join(
         f"{name} {r['seconds_per_byte'] * 1e9:.2f} [{r['p16'] / r['bytes'] * 1e9:.2f}, {r['p84'] / r['bytes'] * 1e9:.2f}]"
         for name, r in costs["rows"].items()))

@@ -6,7 +6,8 @@ on an unshaped link (or under mpirun), timing the real engines:
                         variable) of each of --sizes bytes, and a pull of --tensors small tensors in one run
     --probe=collective  every rank times Horovod's allreduce (sum) and allgather of each of --sizes bytes per
                         rank (Gloo; Horovod's MPI operations when started by mpirun), then measures the CPU its
-                        background thread takes while the rank does nothing else (--idle_seconds)
+                        background thread takes while the rank does nothing else (--idle_seconds), and the
+                        bytes it sends then on --interface
 
 Each timing is --repeats session.runs after one untimed run; worker0 (rank 0) writes them all to
 --timings_file as {operation: {size in bytes: [seconds, ...]}}, which bench/costs.py reads (a file: mpirun
@@ -35,6 +36,8 @@ def parse_flags():
     flags.DEFINE_integer("repeats", 15, "timed runs of each operation", lower_bound=3, flag_values=parser)
     flags.DEFINE_float("idle_seconds", 5.0, "how long each rank idles while its background CPU is measured",
                        lower_bound=0.1, flag_values=parser)
+    flags.DEFINE_string("interface", None, "the interface whose bytes sent while idle are counted (a namespace's "
+                        "own; none under mpirun, whose ranks share this machine's)", flag_values=parser)
     args = flags.parse(parser)
     args.sizes = [int(size) for size in args.sizes]
     return args
@@ -119,14 +122,25 @@ def grpc_probe(args):
     results.write_json(args.timings_file, timings)
 
 
-def background_cpu_share(seconds):
-    """The CPU this process uses per second of wall time while its main thread sleeps: with TensorFlow idle, what
-    Horovod's background thread takes. It wakes every cycle (HOROVOD_CYCLE_TIME, 1 ms by default) and
-    coordinates the ranks whether or not a tensor is waiting (RunLoopOnce in horovod/common/operations.cc), so
-    a worker pays it all the time, computing too."""
-    cpu, wall = time.process_time(), time.perf_counter()
+def sent_bytes(interface):
+    """The bytes `interface` of this process's network namespace has sent (/proc/net/dev is per namespace)."""
+    with open("/proc/net/dev") as dev:
+        for line in dev.read().splitlines()[2:]:
+            name, counters = line.split(":", 1)
+            if name.strip() == interface:
+                return int(counters.split()[8])
+    raise SystemExit(f"protocol_probe: no interface {interface} in this network namespace")
+
+
+def background(seconds, interface):
+    """(CPU seconds, bytes sent on `interface` or 0 without one) per second while the main thread sleeps: with
+    TensorFlow idle, what Horovod's background thread takes and sends. It wakes every cycle (HOROVOD_CYCLE_TIME,
+    1 ms by default) and coordinates the ranks whether or not a tensor is waiting (RunLoopOnce in
+    horovod/common/operations.cc); a worker pays it whenever it is not moving a tensor, computing too."""
+    cpu, wall, sent = time.process_time(), time.perf_counter(), sent_bytes(interface) if interface else 0
     time.sleep(seconds)
-    return (time.process_time() - cpu) / (time.perf_counter() - wall)
+    wall = time.perf_counter() - wall
+    return (time.process_time() - cpu) / wall, ((sent_bytes(interface) if interface else 0) - sent) / wall
 
 
 def collective_probe(args):
@@ -139,13 +153,13 @@ def collective_probe(args):
         tensor = tf.Variable(floats(size)).read_value()
         operations["allreduce"][size] = tf.reduce_sum(hvd.allreduce(tensor, op=hvd.Sum)[:1])
         operations["allgather"][size] = tf.reduce_sum(hvd.allgather(tensor)[:1])
+    own = tf.compat.v1.placeholder(tf.float64, [1, 2])
+    every_rank = hvd.allgather(own)
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
         timings = timed_with_cpu(session, operations, args.repeats)
-        share = tf.compat.v1.placeholder(tf.float64, [1])
-        every_rank = hvd.allgather(share)
-        timings["background_cpu_share"] = session.run(every_rank, {share: [background_cpu_share(args.idle_seconds)]}
-                                                      ).tolist()
+        shares, rates = session.run(every_rank, {own: [background(args.idle_seconds, args.interface)]}).T.tolist()
+        timings.update(background_cpu_share=shares, coordination_bytes_per_second=rates if args.interface else None)
     if hvd.rank() == 0:
         results.write_json(args.timings_file, timings)
 

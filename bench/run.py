@@ -199,6 +199,25 @@ def machine_of_tasks(addresses, workers, servers):
             **{f"ps{p}": index[a] for p, a in enumerate(servers)}}
 
 
+def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term):
+    """The traffic model's bytes per machine ([(sent, received)]) and the bound's terms, with the bytes-only
+    bound beside it: record fields (docs/outputs.md). `architecture`: the run's traffic (bench/traffic.py)."""
+    byte_rate = args.net.bits_per_second / 8
+    predicted, network, update = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
+                                                 byte_rate, partitions, costs=args.costs)
+    _, bytes_only_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
+                                               byte_rate, partitions)
+    background = traffic.background_seconds(architecture, compute_term, num_workers, args.costs)
+    coordination = traffic.coordination_bytes(architecture, num_workers, compute_term + background, args.costs)
+    hosts = {machine_of[f"worker{w}"] for w in range(num_workers)}
+    predicted = [(s + coordination, r + coordination) if m in hosts else (s, r) for m, (s, r) in enumerate(predicted)]
+    return predicted, {"coordination_bytes_per_step": coordination, "compute_seconds": compute_term,
+                       "background_seconds": background, "network_seconds": network, "update_seconds": update,
+                       "bound_seconds": compute_term + background + network + update,
+                       "bytes_only_network_seconds": bytes_only_network,
+                       "bytes_only_bound_seconds": compute_term + bytes_only_network}
+
+
 def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute):
     """Runs one combination; returns its bench.jsonl record (or a skip record). `compute`: synchronous_compute's
     (seconds, run names) at this W."""
@@ -209,18 +228,14 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     num_ps = args.ps or machines
     addresses = netns.machine_addresses(machines)
     workers, servers = netns.place(addresses, num_workers, num_ps)  # where the launcher will put them
-    byte_rate = args.net.bits_per_second / 8
     # With parameter servers, every sparse variable in one part per server (round robin), as Parallax runs it.
     partitions = num_ps if architecture in ("tf", "parallax") else 1
     if partitions > 1:
         runner_flags = [*runner_flags, f"--partitions={partitions}"]
     machine_of = machine_of_tasks(addresses, workers, servers)
-    predicted, network_term, update_term = traffic.predict(run.traffic, variables, rows, num_workers, num_ps,
-                                                           machine_of, byte_rate, partitions, costs=args.costs)
-    _, bytes_only_network, _ = traffic.predict(run.traffic, variables, rows, num_workers, num_ps, machine_of,
-                                               byte_rate, partitions)
     compute_term, compute_run_names = compute
-    background_term = traffic.background_seconds(run.traffic, compute_term, num_workers, args.costs)
+    predicted, terms = bound_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of, partitions,
+                                   compute_term)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
@@ -229,8 +244,9 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
               "one_device_words_per_sec": one_device_throughput["median"],
               "compute_seconds_one_device": one_device_throughput["median_step_seconds"],
               "compute_run_names": compute_run_names, "cores_shared": num_workers > CORES,
-              "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
-    bound = compute_term + background_term + network_term + update_term
+              "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted],
+              "coordination_bytes_per_step": terms.pop("coordination_bytes_per_step")}
+    bound = terms["bound_seconds"]
     if bound * args.steps > args.max_run_seconds:
         return dict(record, skipped=f"its bound is {bound:.1f} s a step, {bound * args.steps / 60:.0f} minutes "
                                     f"for {args.steps} steps (--max_run_seconds={args.max_run_seconds})")
@@ -250,12 +266,8 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                 measured_steps_counted=counted["steps"],
                 bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
                                                if sum(map(sum, predicted)) else None),
-                compute_seconds=compute_term, background_seconds=background_term, network_seconds=network_term,
-                update_seconds=update_term,
-                bound_seconds=bound, step_over_bound=step / bound,
-                bytes_only_network_seconds=bytes_only_network,
-                bytes_only_bound_seconds=compute_term + bytes_only_network,
-                step_over_bytes_only_bound=step / (compute_term + bytes_only_network))
+                **terms, step_over_bound=step / bound,
+                step_over_bytes_only_bound=step / terms["bytes_only_bound_seconds"])
 
 
 def protocol_costs(args):

@@ -170,6 +170,15 @@ def test_horovod_s_background_threads_stretch_the_compute_only_where_they_leave_
     assert traffic.background_seconds("allreduce", 1.0, 20, costs) == float("inf")
 
 
+def test_horovod_s_coordination_sends_bytes_while_the_step_computes():
+    """1,000 bytes a second between idle ranks: a Horovod worker computing 0.5 s a step sends and receives 500
+    bytes of it; one rank has no peer, and a PS runner no such thread."""
+    costs = traffic.Costs(coordination_bytes_per_second={"gloo": 1000.0})
+    assert traffic.coordination_bytes("hybrid", 2, 0.5, costs) == 500.0
+    assert traffic.coordination_bytes("allreduce", 1, 0.5, costs) == 0.0
+    assert traffic.coordination_bytes("ps", 2, 0.5, costs) == 0.0
+
+
 def test_a_transport_of_its_own_within_a_machine_prices_the_flows_there():
     """Two ranks on one machine allgather their rows (2 and 2 distinct rows of 24 bytes with the index, in two
     collectives: values, then indices): over MPI between machines it would cross no link and cost nothing; MPI's
@@ -209,6 +218,9 @@ def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs
     assert 0 <= measured["protocols"]["grpc"]["message_seconds"] < 0.1
     for name in ("gloo", "mpi", "mpi-local"):  # a share of one core: the thread wakes every millisecond
         assert 0 < measured["protocols"][name]["background_cpu_share"] < 1
+    # Idle Gloo ranks still exchange their coordination between the namespaces: bytes, but not megabytes.
+    assert 0 < measured["protocols"]["gloo"]["coordination_bytes_per_second"] < 1e7
+    assert measured["protocols"]["mpi"]["coordination_bytes_per_second"] is None  # loopback, not counted
     for fitted in fits:  # the machine's CPU per byte sent: a flow costs some, and less than 1 s per MB
         assert 0 <= fitted["cpu_seconds_per_byte"] < 1e-6
     assert set(measured["rows"]) == {"deduplicate", "apply", "add", "densify", "apply_dense"}
