@@ -209,10 +209,7 @@ def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machin
     _, bytes_only_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                                byte_rate, partitions)
     background = traffic.background_seconds(architecture, compute_term, num_workers, args.costs)
-    coordination = traffic.coordination_bytes(architecture, num_workers, compute_term + background, args.costs)
-    hosts = {machine_of[f"worker{w}"] for w in range(num_workers)}
-    predicted = [(s + coordination, r + coordination) if m in hosts else (s, r) for m, (s, r) in enumerate(predicted)]
-    return predicted, {"coordination_bytes_per_step": coordination, "compute_seconds": compute_term,
+    return predicted, {"compute_seconds": compute_term,
                        "background_seconds": background, "network_seconds": network, "update_seconds": update,
                        "bound_seconds": compute_term + background + network + update,
                        "bytes_only_network_seconds": bytes_only_network,
@@ -245,8 +242,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
               "one_device_words_per_sec": one_device_throughput["median"],
               "compute_seconds_one_device": one_device_throughput["median_step_seconds"],
               "compute_run_names": compute_run_names, "cores_shared": num_workers > CORES,
-              "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted],
-              "coordination_bytes_per_step": terms.pop("coordination_bytes_per_step")}
+              "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
     bound = terms["bound_seconds"]
     if bound * args.steps > args.max_run_seconds:
         return dict(record, skipped=f"its bound is {bound:.1f} s a step, {bound * args.steps / 60:.0f} minutes "

@@ -216,7 +216,6 @@ class Costs:
     background_shares: dict = dataclasses.field(default_factory=dict)  # transport: a core's share its library's
     #                                                                    background thread takes, all the time
     cpu_seconds_per_byte: dict = dataclasses.field(default_factory=dict)  # transport: CPU of both ends per byte
-    coordination_bytes_per_second: dict = dataclasses.field(default_factory=dict)  # transport: a rank sends idle
 
     @classmethod
     def measured(cls, costs, collective="gloo", shared_cores=0):
@@ -224,7 +223,7 @@ class Costs:
         allreduce and allgather, the slower rate and the larger fixed cost (one collective is one message); the
         larger CPU per byte of each transport's operations."""
         protocols, rows = costs["protocols"], costs["rows"]
-        rates, messages, cpu, shares, coordination = {}, {}, {}, {}, {}
+        rates, messages, cpu, shares = {}, {}, {}, {}
         for name, operations in (("grpc", ("pull", "push")), ("gloo", COLLECTIVES), ("mpi", COLLECTIVES),
                                  ("mpi-local", COLLECTIVES)):
             if name in protocols:
@@ -233,12 +232,11 @@ class Costs:
                 messages[name] = max(op["fixed_seconds"] for op in fitted)
                 cpu[name] = max(op["cpu_seconds_per_byte"] for op in fitted)
                 shares[name] = protocols[name].get("background_cpu_share", 0.0)
-                coordination[name] = protocols[name].get("coordination_bytes_per_second") or 0.0
         messages["grpc"] = protocols["grpc"]["message_seconds"]  # a flow adds one tensor to a run, not a run
         per_byte = {name: work["seconds_per_byte"] for name, work in rows.items()}
         return cls(rates, messages, per_byte["deduplicate"], per_byte["apply"], per_byte["add"],
                    per_byte["densify"], per_byte["apply_dense"], transports(collective), shared_cores,
-                   background_shares=shares, cpu_seconds_per_byte=cpu, coordination_bytes_per_second=coordination)
+                   background_shares=shares, cpu_seconds_per_byte=cpu)
 
     def protocol_seconds(self, transport, size):
         """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
@@ -296,15 +294,6 @@ def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()
     if left <= 0:
         return float("inf")  # the threads alone would fill the cores
     return compute_seconds * max(min(num_workers, costs.shared_cores) / left - 1.0, 0.0)
-
-
-def coordination_bytes(architecture, num_workers, busy_seconds, costs=Costs()):
-    """The bytes each Horovod worker sends, and receives, per step beyond its collectives: its background thread
-    coordinates the ranks every cycle it is not moving a tensor, that is while the step computes (`busy_seconds`),
-    at the rate bench/costs.py measures between two idle ranks. None at one rank (no peer) or without Horovod."""
-    if architecture not in COLLECTIVE_ARCHITECTURES or num_workers == 1:
-        return 0.0
-    return costs.coordination_bytes_per_second.get(costs.transports["allreduce"], 0.0) * busy_seconds
 
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",

@@ -170,15 +170,6 @@ def test_horovod_s_background_threads_stretch_the_compute_only_where_they_leave_
     assert traffic.background_seconds("allreduce", 1.0, 20, costs) == float("inf")
 
 
-def test_horovod_s_coordination_sends_bytes_while_the_step_computes():
-    """1,000 bytes a second between idle ranks: a Horovod worker computing 0.5 s a step sends and receives 500
-    bytes of it; one rank has no peer, and a PS runner no such thread."""
-    costs = traffic.Costs(coordination_bytes_per_second={"gloo": 1000.0})
-    assert traffic.coordination_bytes("hybrid", 2, 0.5, costs) == 500.0
-    assert traffic.coordination_bytes("allreduce", 1, 0.5, costs) == 0.0
-    assert traffic.coordination_bytes("ps", 2, 0.5, costs) == 0.0
-
-
 def test_a_transport_of_its_own_within_a_machine_prices_the_flows_there():
     """Two ranks on one machine allgather their rows (2 and 2 distinct rows of 24 bytes with the index, in two
     collectives: values, then indices): over MPI between machines it would cross no link and cost nothing; MPI's
