@@ -283,17 +283,16 @@ COLLECTIVE_ARCHITECTURES = ("allreduce", "allreduce-dense", "hybrid", "hybrid-lo
 
 def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()):
     """What Horovod's background thread adds to the compute where the workers share costs.shared_cores cores
-    (the emulated cluster). Every worker's thread takes a share s of a core all the time (it coordinates the ranks
-    every cycle, bench/costs.py); the W computations, measured at once as `compute_seconds` on min(W, cores)
-    cores, keep what is left, cores - W s, and stretch by min(W, cores) / (cores - W s) when that is above 1.
-    Zero without Horovod, off shared cores, and where a spare core takes the threads' work."""
+    (the emulated cluster). Every worker's thread takes a share s of a core (it coordinates the ranks every
+    cycle, bench/costs.py); the W computations, measured at once as `compute_seconds` on W cores, keep what is
+    left, cores - W s, and stretch by W / (cores - W s) when that is above 1. Zero without Horovod, off shared
+    cores, where a spare core takes the threads' work, and where the workers outnumber the cores: there each
+    rank's coordination waits for the others' turns on the cores, and the threads took 0.03-0.05 of a core each
+    at W = 4 on 2 cores against the 0.16 measured idle (docs/bench.md), a share this measurement does not give."""
     share = costs.background_shares.get(costs.transports["allreduce"], 0.0)
-    if architecture not in COLLECTIVE_ARCHITECTURES or not costs.shared_cores or not share:
+    if architecture not in COLLECTIVE_ARCHITECTURES or not share or not 0 < num_workers <= costs.shared_cores:
         return 0.0
-    left = costs.shared_cores - num_workers * share
-    if left <= 0:
-        return float("inf")  # the threads alone would fill the cores
-    return compute_seconds * max(min(num_workers, costs.shared_cores) / left - 1.0, 0.0)
+    return compute_seconds * max(num_workers / (costs.shared_cores - num_workers * share) - 1.0, 0.0)
 
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",
