@@ -66,9 +66,8 @@ def parse_flags(argv=None):
                          flag_values=parser)
     flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose predicted bound times its steps exceeds this", lower_bound=1,
                          flag_values=parser)
-    # A run costs its start (15-25 s here) plus its steps (about a second each at 100 Mbit/s). Its steps settle
-    # after the first (the bench's step files), so 4 left out and 20 measured keep the default sweep, its
-    # compute copies and bench.costs within the 60 minutes asked on two cores (docs/bench.md).
+    # A run costs its start (15-25 s) plus about a second a step at 100 Mbit/s; steps settle after the first, so
+    # 4 left out and 20 measured keep the default sweep within the 60 minutes asked (docs/bench.md).
     parser.set_default("steps", 24)
     parser.set_default("warmup_steps", 4)
     args = flags.parse(parser, argv)
