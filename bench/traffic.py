@@ -223,16 +223,18 @@ class Costs:
         allreduce and allgather, the slower rate and the larger fixed cost (one collective is one message); the
         larger CPU per byte of each transport's operations."""
         protocols, rows = costs["protocols"], costs["rows"]
-        rates, messages, cpu, shares = {}, {}, {}, {}
+        # A gRPC flow adds one tensor to a run (its cost of a message); a collective is a message of its own.
+        messages = {"grpc": protocols["grpc"]["message_seconds"]}
+        rates, cpu, shares = {}, {}, {}
         for name, operations in (("grpc", ("pull", "push")), ("gloo", COLLECTIVES), ("mpi", COLLECTIVES),
                                  ("mpi-local", COLLECTIVES)):
             if name in protocols:
                 fitted = [protocols[name][operation] for operation in operations]
                 rates[name] = min(op["bytes_per_second"] for op in fitted)
-                messages[name] = max(op["fixed_seconds"] for op in fitted)
                 cpu[name] = max(op["cpu_seconds_per_byte"] for op in fitted)
-                shares[name] = protocols[name].get("background_cpu_share", 0.0)
-        messages["grpc"] = protocols["grpc"]["message_seconds"]  # a flow adds one tensor to a run, not a run
+                if name != "grpc":
+                    messages[name] = max(op["fixed_seconds"] for op in fitted)
+                    shares[name] = protocols[name]["background_cpu_share"]
         per_byte = {name: work["seconds_per_byte"] for name, work in rows.items()}
         return cls(rates, messages, per_byte["deduplicate"], per_byte["apply"], per_byte["add"],
                    per_byte["densify"], per_byte["apply_dense"], transports(collective), shared_cores,
