@@ -186,7 +186,8 @@ def measure_rows(args):
             "apply_dense": (model.apply_gradient(lm, "softmax_w", [whole], 1.0, 0.2), vocab * row_bytes)}
         with tf.compat.v1.Session(config=harness.determinism.session_config(args)) as session:
             session.run(tf.compat.v1.global_variables_initializer())
-            measured = {name: (quantiles(protocol_probe.timed(session, op, args.repeats)), size) for name, (op, size) in operations.items()}
+            measured = {name: (quantiles(protocol_probe.timed(session, op, args.repeats)[0]), size)
+                        for name, (op, size) in operations.items()}
     return {name: {"seconds_per_byte": q["median"] / size, "bytes": size, **q} for name, (q, size) in measured.items()}
 
 

@@ -12,7 +12,8 @@ on an unshaped link (or under mpirun), timing the real engines:
 Each timing is --repeats session.runs after one untimed run; worker0 (rank 0) writes them all to
 --timings_file as {operation: {size in bytes: [seconds, ...]}}, which bench/costs.py reads (a file: mpirun
 interleaves its ranks' output within a line). For the largest size it also writes the CPU the whole machine
-spent per run, both ends of the transfer (they share this machine), under "cpu_seconds": {operation: seconds}."""
+spent per timed run, both ends of the transfer (they share this machine), under "cpu_seconds": {operation:
+seconds}."""
 import os
 import time
 
@@ -44,14 +45,15 @@ def parse_flags():
 
 
 def timed(session, op, repeats):
-    """The seconds of each of `repeats` runs of `op`, after one untimed run."""
+    """The seconds of each of `repeats` runs of `op`, after one untimed run, and the CPU seconds this machine's
+    cores spent per timed run (both ends of a transfer: they share this machine)."""
     session.run(op)
-    seconds = []
+    seconds, cpu = [], machine_cpu_seconds()
     for _ in range(repeats):
         started = time.perf_counter()
         session.run(op)
         seconds.append(time.perf_counter() - started)
-    return seconds
+    return seconds, (machine_cpu_seconds() - cpu) / repeats
 
 
 def machine_cpu_seconds():
@@ -65,16 +67,10 @@ def machine_cpu_seconds():
 def timed_with_cpu(session, operations, repeats):
     """{name: {size: [seconds]}} of every operation, and {name: the machine's CPU seconds per run} of each
     one's largest size: what one flow of that size costs the cores, both ends together."""
-    timings = {name: {size: timed(session, op, repeats) for size, op in by_size.items()}
-               for name, by_size in operations.items()}
-    cpu = {}
-    for name, by_size in operations.items():
-        largest = by_size[max(by_size)]
-        started = machine_cpu_seconds()
-        for _ in range(repeats):
-            session.run(largest)
-        cpu[name] = (machine_cpu_seconds() - started) / repeats
-    return {**timings, "cpu_seconds": cpu}
+    measured = {name: {size: timed(session, op, repeats) for size, op in by_size.items()}
+                for name, by_size in operations.items()}
+    return {**{name: {size: seconds for size, (seconds, _) in by_size.items()} for name, by_size in measured.items()},
+            "cpu_seconds": {name: by_size[max(by_size)][1] for name, by_size in measured.items()}}
 
 
 def floats(size_bytes):
@@ -116,7 +112,7 @@ def grpc_probe(args):
     with cluster.session(graph, ["/job:ps"]) as session:
         cluster.run(session, initialise, starting=True)
         timings = timed_with_cpu(session, {name: operations[name] for name in ("pull", "push")}, args.repeats)
-        timings.update({name: {size: timed(session, op, args.repeats) for size, op in operations[name].items()}
+        timings.update({name: {size: timed(session, op, args.repeats)[0] for size, op in operations[name].items()}
                         for name in ("pull_one_small", "pull_many_small")})
         session.run(over)
     results.write_json(args.timings_file, timings)
