@@ -19,6 +19,7 @@ with a line saying why and what it would cost.
 """
 import contextlib
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -175,6 +176,14 @@ def one_device(args):
     return results.read_json(results.summary_path(args.runs_dir, name), "summary")["throughput"]
 
 
+def gradient_ready(args):
+    """{variable: the fraction of one device's step at which its gradient is ready} (bench/gradient_ready.py):
+    where the bound lets the exchange overlap the backward pass."""
+    output = run_quietly([[sys.executable, "-m", "bench.gradient_ready", *flags.passed_on(args)]],
+                         f"bench.gradient_ready (when {args.config}'s gradients are ready)")
+    return next(json.loads(line) for line in output.splitlines() if line.startswith('{"ready"'))["ready"]
+
+
 def synchronous_compute(args, num_workers):
     """The compute of a synchronous step of W workers on this machine: W run.py at once, each on one worker's
     batch with one thread, as the emulated machines' workers share the cores; per step the slowest of them,
@@ -199,25 +208,31 @@ def machine_of_tasks(addresses, workers, servers):
             **{f"ps{p}": index[a] for p, a in enumerate(servers)}}
 
 
-def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term):
+def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
+                ready):
     """The traffic model's bytes per machine ([(sent, received)]) and the bound's terms, with the bytes-only
-    bound beside it: record fields (docs/outputs.md). `architecture`: the run's traffic (bench/traffic.py)."""
+    bound beside it: record fields (docs/outputs.md). `architecture`: the run's traffic (bench/traffic.py).
+    The exchange overlaps the backward pass by `ready` (gradient_ready) where each worker has a core; where the
+    workers outnumber the cores, a worker's sends wait for their turn on a core (docs/bench.md)."""
     byte_rate = args.net.bits_per_second / 8
+    ready = ready if num_workers <= CORES else None
     predicted, network, update = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
-                                                 byte_rate, partitions, costs=args.costs)
+                                                 byte_rate, partitions, costs=args.costs, compute_seconds=compute_term,
+                                                 ready=ready)
     _, bytes_only_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                                byte_rate, partitions)
     background = traffic.background_seconds(architecture, compute_term, num_workers, args.costs)
     return predicted, {"compute_seconds": compute_term,
                        "background_seconds": background, "network_seconds": network, "update_seconds": update,
                        "bound_seconds": compute_term + background + network + update,
+                       "exchange_overlaps_compute": ready is not None,
                        "bytes_only_network_seconds": bytes_only_network,
                        "bytes_only_bound_seconds": compute_term + bytes_only_network}
 
 
-def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute):
+def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, ready):
     """Runs one combination; returns its bench.jsonl record (or a skip record). `compute`: synchronous_compute's
-    (seconds, run names) at this W."""
+    (seconds, run names) at this W; `ready`: gradient_ready's fractions."""
     run = RUNS[runner]
     architecture, runner_flags = run.architecture, list(run.flags)
     batch_size = run_config(args, num_workers).batch_size
@@ -232,7 +247,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     machine_of = machine_of_tasks(addresses, workers, servers)
     compute_term, compute_run_names = compute
     predicted, terms = bound_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of, partitions,
-                                   compute_term)
+                                   compute_term, ready)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
@@ -363,17 +378,18 @@ def main():
         args.net, args.config = link, config
         if config not in prepared:
             variables = traffic.model_variables(configs.CONFIGS[config])
-            prepared[config] = (variables, one_device(args), {})
+            prepared[config] = (variables, one_device(args), {}, gradient_ready(args))
             print(f"bench: {config}: one device (run.py) trains {prepared[config][1]['median']:,.0f} words/sec, "
-                  f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median)", flush=True)
-        variables, base, rows = prepared[config]
+                  f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median); its first gradient is "
+                  f"ready at {min(prepared[config][3].values()):.2f} of the step", flush=True)
+        variables, base, rows, ready = prepared[config]
         if w not in rows:
             rows[w] = traffic.touched_rows(run_config(args, w), args, variables, w,
                                            range(args.warmup_steps, args.steps))
         if (link, config, w) not in computes:  # measured again at each rate: close in time to its runs
             computes[link, config, w] = ((base["median_step_seconds"], [f"bench-{config}-one-device"]) if w == 1
                                          else synchronous_compute(args, w))
-        record = one_run(args, runner, w, repeat, variables, rows[w], base, computes[link, config, w])
+        record = one_run(args, runner, w, repeat, variables, rows[w], base, computes[link, config, w], ready)
         record["environment"] = environment.describe(args, run_config(args, w), w)
         records.append(record)
         results.append_line(output, record, "bench")

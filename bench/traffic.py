@@ -126,7 +126,7 @@ def _ring_allgather(chunks):
 
 
 def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None,
-          strategy="mod"):
+          strategy="mod", only=None):
     """[(from task, to task, bytes, phase, operation)] of one step (`step_rows`: one element of Rows.steps), for:
 
     ps               run_tf.py: every variable on the parameter servers; each worker pulls the dense variables
@@ -139,28 +139,30 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
                      union of its machine's rows (`machine_groups`: the workers of each machine)
 
     Sparse variables are split into `partitions` parts by `strategy` (configs.part_rows) and the parts spread over
-    the servers by size, as the runners place them."""
+    the servers by size, as the runners place them. `only`: the names of the variables whose flows are wanted
+    (None: all), placed as among all of them."""
     found = []
+    wanted = set(only if only is not None else (v.name for v in variables))
     sparse = [v for v in variables if v.kind == "sparse"]
     dense = [v for v in variables if v.kind == "dense"]
     if architecture in ("allreduce", "allreduce-dense"):
         densified = dense + (sparse if architecture == "allreduce-dense" else [])
-        found += _ring(num_workers, sum(v.bytes for v in densified))
+        found += _ring(num_workers, sum(v.bytes for v in densified if v.name in wanted))
         if architecture == "allreduce":
             # Horovod allreduces a tf.IndexedSlices as two allgathers, its values and its indices
             # (horovod/tensorflow/__init__.py, allreduce: "do two allgathers instead of an allreduce").
-            for v in sparse:
+            for v in (v for v in sparse if v.name in wanted):
                 for row_bytes in (v.row_bytes, INDEX_BYTES):
                     found += _ring_allgather([len(step_rows[w][v.name][1]) * row_bytes for w in range(num_workers)])
         return found
     on_ps = variables if architecture == "ps" else sparse
     if architecture in ("hybrid", "hybrid-local"):
-        found += _ring(num_workers, sum(v.bytes for v in dense))
+        found += _ring(num_workers, sum(v.bytes for v in dense if v.name in wanted))
     placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions, strategy)]
     greedy = placement.GreedyBySize(num_ps)  # the runners' placement
     servers = [greedy.add(len(rows) * v.row_bytes) for v, rows in placed_parts]
     groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
-    for (v, rows), p in zip(placed_parts, servers):
+    for (v, rows), p in ((part, p) for part, p in zip(placed_parts, servers) if part[0].name in wanted):
         ps = f"ps{p}"
         for w in range(num_workers):
             if v.kind == "dense":
@@ -246,38 +248,55 @@ class Costs:
 
 
 def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
-    """The step's time on the network, summed over its phases. A phase takes its busiest link direction's time:
-    each flow's bytes at the slower of the link's rate and its protocol's, plus its protocol's cost of a message
-    (a flow is one message). A flow within a machine is free, unless its transport has one of its own there
+    """The step's time on the network, summed over its phases (phase_seconds). With Costs(), per phase the
+    busiest link direction's bytes / the link's rate."""
+    return sum(phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs) for phase in (PULL, EXCHANGE))
+
+
+def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()):
+    """The time of one phase of the step's flows: its busiest link direction's time, each flow's bytes at the
+    slower of the link's rate and its protocol's, plus its protocol's cost of a message (a flow is one
+    message). A flow within a machine is free, unless its transport has one of its own there
     (costs.local_transports: MPI through shared memory), whose work its sender does. Where every machine's tasks
     share this machine's cores (costs.shared_cores: the emulated cluster), the phase takes at least the
     protocols' work of all its flows, loopback ones included: their CPU (both ends, measured per byte) spread
     over the cores, plus their messages' fixed costs one after another (a collective's was measured with two
-    ranks at once: each rank's flow takes half of it), and no less than its longest flow alone. With Costs(),
-    the busiest direction's bytes / the link's rate."""
-    total = 0.0
-    for phase in (PULL, EXCHANGE):
-        busiest, local, cpu, messages, longest = {}, {}, 0.0, 0.0, 0.0
-        for source, destination, size, flow_phase, operation in step_flows:
-            if flow_phase != phase:
-                continue
-            transport = costs.transports[operation]
-            cpu += size * costs.cpu_seconds_per_byte.get(transport, 0.0)
-            messages += costs.message_seconds.get(transport, 0.0) / (COLLECTIVE_PROBE_RANKS if operation in
-                                                                     COLLECTIVES else 1)
-            longest = max(longest, costs.protocol_seconds(transport, size))
-            if machine_of[source] == machine_of[destination]:
-                if transport in costs.local_transports:
-                    local[source] = local.get(source, 0.0) + costs.protocol_seconds(
-                        costs.local_transports[transport], size)
-                continue
-            seconds = size / min(bytes_per_second, costs.rates.get(transport, float("inf"))) + \
-                costs.message_seconds.get(transport, 0.0)
-            for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
-                busiest[direction] = busiest.get(direction, 0.0) + seconds
-        shared = max(messages + cpu / costs.shared_cores, longest) if costs.shared_cores else 0.0
-        total += max(max(busiest.values(), default=0.0), max(local.values(), default=0.0), shared)
-    return total
+    ranks at once: each rank's flow takes half of it), and no less than its longest flow alone."""
+    busiest, local, cpu, messages, longest = {}, {}, 0.0, 0.0, 0.0
+    for source, destination, size, flow_phase, operation in step_flows:
+        if flow_phase != phase:
+            continue
+        transport = costs.transports[operation]
+        cpu += size * costs.cpu_seconds_per_byte.get(transport, 0.0)
+        messages += costs.message_seconds.get(transport, 0.0) / (COLLECTIVE_PROBE_RANKS if operation in
+                                                                 COLLECTIVES else 1)
+        longest = max(longest, costs.protocol_seconds(transport, size))
+        if machine_of[source] == machine_of[destination]:
+            if transport in costs.local_transports:
+                local[source] = local.get(source, 0.0) + costs.protocol_seconds(
+                    costs.local_transports[transport], size)
+            continue
+        seconds = size / min(bytes_per_second, costs.rates.get(transport, float("inf"))) + \
+            costs.message_seconds.get(transport, 0.0)
+        for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
+            busiest[direction] = busiest.get(direction, 0.0) + seconds
+    shared = max(messages + cpu / costs.shared_cores, longest) if costs.shared_cores else 0.0
+    return max(max(busiest.values(), default=0.0), max(local.values(), default=0.0), shared)
+
+
+def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
+    """How long the exchange goes on after the compute when each gradient leaves as soon as the backward pass
+    has made it, at ready[name] of the compute (bench/gradient_ready.py: Horovod allreduces a gradient when it
+    is ready, and a worker's send to a server runs when its input is), the gradients one after another in the
+    order they are ready: the exchange ends at the latest, over the gradients, of one's ready time plus the
+    exchange of it and of every gradient ready after it (when the last of a queue's jobs leaves).
+    `exchange_seconds_of(names)`: the exchange's time for those variables' gradients (None: all). Without
+    `ready` (not measured), none of the exchange overlaps the compute."""
+    if not ready:
+        return exchange_seconds_of(None)
+    order = sorted(names, key=ready.get)
+    end = max(ready[name] * compute_seconds + exchange_seconds_of(order[i:]) for i, name in enumerate(order))
+    return max(end - compute_seconds, 0.0)
 
 
 COLLECTIVE_ARCHITECTURES = ("allreduce", "allreduce-dense", "hybrid", "hybrid-local")  # workers run Horovod
@@ -349,20 +368,30 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
-            strategy="mod", costs=Costs()):
-    """(each machine's (sent, received) bytes per step, the step's network seconds, the update's CPU seconds
-    beyond one device's), averaged over the sampled steps of `rows`; `machine_of[task]`: the machine index of
-    every task. With Costs(), the bytes-only bound's network time and no CPU time."""
+            strategy="mod", costs=Costs(), compute_seconds=0.0, ready=None):
+    """(each machine's (sent, received) bytes per step, the step's network seconds beyond the compute, the
+    update's CPU seconds beyond one device's), averaged over the sampled steps of `rows`; `machine_of[task]`:
+    the machine index of every task. The pull comes before the compute; the exchange overlaps the compute's
+    backward pass by `ready` (exchange_after_compute: {variable: fraction of `compute_seconds` at which its
+    gradient is ready}), not at all without it. With Costs() and no `ready`, the bytes-only bound's network time
+    and no CPU time."""
     groups = {}
     for w in range(num_workers):
         groups.setdefault(machine_of[f"worker{w}"], []).append(w)
     steps = rows.steps or [None]
-    per_step = [flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()), strategy)
-                for step in steps]
-    per_machine = [link_bytes(f, machine_of) for f in per_step]
+
+    def step_flows(step, only=None):
+        return flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()), strategy,
+                     only)
+
+    def seconds(step, phase, only=None):
+        return phase_seconds(step_flows(step, only), phase, machine_of, bytes_per_second, costs)
+    per_machine = [link_bytes(step_flows(step), machine_of) for step in steps]
+    network = [seconds(step, PULL) + exchange_after_compute(lambda only, step=step: seconds(step, EXCHANGE, only),
+                                                            [v.name for v in variables], ready, compute_seconds)
+               for step in steps]
     update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs)
               for step in steps]
     return ([tuple(float(np.mean([s[m][k] for s in per_machine])) for k in (0, 1))
              for m in range(len(per_machine[0]))],
-            float(np.mean([network_seconds(f, machine_of, bytes_per_second, costs) for f in per_step])),
-            float(np.mean(update)))
+            float(np.mean(network)), float(np.mean(update)))
