@@ -92,14 +92,21 @@ def serve(cluster, args):
         done = _done_queue(args.task_index).dequeue()
     with cluster.session(graph, []) as session:  # the chief is watched by TCP probes, not by this session
         started, chief_seen = time.monotonic(), False
-        while True:
+
+        def over():
             try:
                 session.run(done, options=tf.compat.v1.RunOptions(timeout_in_ms=2000))
-                return
+                return True
             except tf.errors.DeadlineExceededError:
-                chief_seen = chief_seen or cluster.reachable("worker0")
-                if chief_seen or time.monotonic() - started > args.startup_timeout:
-                    cluster.exit_if_unreachable(["worker0"], starting=not chief_seen)
+                return False
+        while not over():
+            chief_seen = chief_seen or cluster.reachable("worker0")
+            if (chief_seen or time.monotonic() - started > args.startup_timeout) and not cluster.reachable("worker0"):
+                # The chief says the run is over as its last act and exits: its word may have come just as the
+                # wait above timed out. One more look before calling it gone.
+                if over():
+                    return
+                cluster.exit_if_unreachable(["worker0"], starting=not chief_seen)
 
 
 def run_over(num_ps):
