@@ -126,16 +126,16 @@ def test_each_gradient_s_exchange_starts_when_the_backward_pass_has_made_it():
 
 
 def test_gradients_are_ready_in_backward_order_within_one_device_s_step(tmp_path):
-    """Traced on tiny: every variable's gradient is ready within the step, the output layer's first (the backward
-    pass starts there) and the embedding's after the LSTM's (it ends there)."""
+    """Traced on tiny: every variable's gradient is ready within the step, the output layer's before the LSTM's
+    and the embedding's (the backward pass starts at the output; the LSTM's and the embedding's gradients are
+    sums over every time step, finished together at its end, in either order)."""
     result = run_module("bench.gradient_ready", "--config=tiny", "--warmup_steps=2", "--traced_steps=3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     measured = json.loads(result.stdout.splitlines()[0])
     ready = measured["ready"]
     assert set(ready) == set(configs.variable_shapes(configs.CONFIGS["tiny"]))
     assert all(0 < fraction <= 1 for fraction in ready.values()) and measured["traced_step_seconds"] > 0
-    lstm = [fraction for name, fraction in ready.items() if name.startswith("lstm")]
-    assert ready["softmax_w"] < min(lstm) <= max(lstm) < ready["embedding"]
+    assert max(ready["softmax_w"], ready["softmax_b"]) < min(f for name, f in ready.items() if "softmax" not in name)
 
 
 def test_the_costed_bound_reduces_to_the_bytes_only_bound_without_costs():
@@ -438,9 +438,10 @@ def assert_reported(tmp_path, records):
                         cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     text = pdf_text(tmp_path / "report/report.pdf")
+    cells = "".join(text.split())  # a full table cell may touch the next in the PDF's text: "8,6986,511–11,922"
     for r in records:
-        assert (f"{r['runner']} tiny 2 2 2 {r['link']} 1 {blocks.rate(r['throughput']['median'])} "
-                f"{blocks.interval(r['throughput']['p16'], r['throughput']['p84'])}") in text
+        assert (f"{r['runner']}tiny222{r['link']}1{blocks.rate(r['throughput']['median'])}"
+                f"{blocks.interval(r['throughput']['p16'], r['throughput']['p84'])}") in cells
     assert "bench not run" not in text and "extrapolation not run" not in text
     drawn = {path.name for path in (tmp_path / "report/figures").iterdir()}
     assert {"bench-model-0.svg", "bench-model-1.svg"} <= drawn
