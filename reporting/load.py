@@ -45,7 +45,7 @@ class BenchRow:
     busiest_measured: float | None   # bytes per step on the busiest machine link direction, counted
     busiest_predicted: float | None  # the same, from the traffic model
     compute_seconds: float | None    # the bound's computation term
-    network_seconds: float | None    # the bound's network term (busiest link's bytes / rate)
+    network_seconds: float | None    # the bound's network term (the pull, and the exchange left after the compute)
     bound_seconds: float | None      # compute + network + update: the step time the costs allow
     words_per_step: float | None     # the global batch's words: words/sec predicted = words_per_step / bound
     tasks_peak_resident_bytes: float | None  # every task's peak resident memory, summed

@@ -63,7 +63,8 @@ def bench(results, figure_dir):
         "machines joined by links of the given rate. The bound on the step is the computation (compute: W run.py "
         "at once, per step the slowest) plus, for the Horovod runners, what Horovod's background thread takes from it "
         "on the shared cores, plus the network (per phase the busiest link's bytes at the slower of the "
-        "link and the protocol, with each message's cost) plus the update's work; limit names the larger of "
+        "link and the protocol, with each message's cost; the exchange starting as each gradient is ready, where "
+        "each worker has a core) plus the update's work; limit names the larger of "
         "compute and network. The busiest link "
         "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."))
     for index, ((config, link), points) in enumerate(analysis.bench_groups(rows).items()):

@@ -440,8 +440,9 @@ def assert_reported(tmp_path, records):
     text = pdf_text(tmp_path / "report/report.pdf")
     cells = "".join(text.split())  # a full table cell may touch the next in the PDF's text: "8,6986,511–11,922"
     for r in records:
-        assert (f"{r['runner']}tiny222{r['link']}1{blocks.rate(r['throughput']['median'])}"
-                f"{blocks.interval(r['throughput']['p16'], r['throughput']['p84'])}") in cells
+        row = (f"{r['runner']} tiny 2 2 2 {r['link']} 1 {blocks.rate(r['throughput']['median'])} "
+               f"{blocks.interval(r['throughput']['p16'], r['throughput']['p84'])}")
+        assert "".join(row.split()) in cells
     assert "bench not run" not in text and "extrapolation not run" not in text
     drawn = {path.name for path in (tmp_path / "report/figures").iterdir()}
     assert {"bench-model-0.svg", "bench-model-1.svg"} <= drawn
