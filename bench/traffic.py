@@ -384,12 +384,15 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
         return flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()), strategy,
                      only)
 
-    def seconds(step, phase, only=None):
-        return phase_seconds(step_flows(step, only), phase, machine_of, bytes_per_second, costs)
-    per_machine = [link_bytes(step_flows(step), machine_of) for step in steps]
-    network = [seconds(step, PULL) + exchange_after_compute(lambda only, step=step: seconds(step, EXCHANGE, only),
-                                                            [v.name for v in variables], ready, compute_seconds)
-               for step in steps]
+    def seconds(found, phase):
+        return phase_seconds(found, phase, machine_of, bytes_per_second, costs)
+    per_machine, network = [], []
+    for step in steps:
+        found = step_flows(step)
+        per_machine.append(link_bytes(found, machine_of))
+        network.append(seconds(found, PULL) + exchange_after_compute(
+            lambda only, step=step, found=found: seconds(found if only is None else step_flows(step, only), EXCHANGE),
+            [v.name for v in variables], ready, compute_seconds))
     update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs)
               for step in steps]
     return ([tuple(float(np.mean([s[m][k] for s in per_machine])) for k in (0, 1))
