@@ -45,9 +45,18 @@ PARALLAX_PUBLISHED = {"ps": (88_000, 128_000, 147_000, 101_000), "allreduce": (6
 #               measured here
 # The sparse rows travel as gathered, repeats included: TensorFlow 1's IndexedSlices and Horovod's allgather
 # send them undeduplicated (model.worker_gradients here deduplicates first). The parameter servers' CPU work
-# is measured here, one core per part (TensorFlow runs the parts' independent updates at once); the workers'
-# own update runs on their GPUs, in the compute term.
+# is measured here, one core per part (TensorFlow runs the parts' independent updates at once), and so is the
+# hybrid's local aggregation on a machine's CPU; the workers' own update runs on their GPUs, in the compute term.
 PARALLAX_TRANSPORTS = {"pull": "verbs", "push": "verbs", "allreduce": "nccl", "allgather": "mpi"}
+# How each of the figure's three series ran, as the traffic model's architectures. The figure has five series;
+# these are "Tensorflow-PS", "Horovod" and "Parallax-HYBRID" (its others, Parallax-PS and Parallax-MPI, are
+# Parallax's own modes). Parallax's hybrid aggregates each machine's sparse gradients first: local_aggregation
+# defaults to True (examples/lm1b/parallax_config.py; run_parallax_exp.py does not pass it), a machine's GPUs
+# put their rows in a SparseConditionalAccumulator on the CPU of the machine's first worker and its servers
+# wait for one gradient a machine (core/python/common/graph_transform_lib.py, add_aggregate_gradients_ops_only_
+# between and add_sync_op_only_between, branch exp). No script in Parallax's repository launches its
+# TensorFlow-PS baseline: one worker a GPU, as TensorFlow's own between-graph replication runs, is assumed.
+PARALLAX_ARCHITECTURES = {"ps": "ps", "allreduce": "allreduce", "hybrid": "hybrid-local"}
 MACHINES = (8, 16, 32, 48)  # 48: Parallax's largest cluster (8 machines of 6 GPUs)
 
 
@@ -171,11 +180,11 @@ def parallax_costs(measured):
 
 
 def parallax_terms(architecture, machines, rows, costs):
-    """(network seconds, the servers' update seconds) of a step of Parallax's LM1B on `machines` machines;
+    """(network seconds, the update's CPU seconds) of a step of Parallax's LM1B on `machines` machines;
     `rows`: parallax_lm1b_rows of their GPUs."""
     p = PARALLAX_LM1B
-    return step_terms(architecture, parallax_lm1b_variables(p), rows, machines, p["gpus_per_machine"],
-                      netns.Link.parse(p["link"]), p["partitions"], costs)
+    return step_terms(PARALLAX_ARCHITECTURES[architecture], parallax_lm1b_variables(p), rows, machines,
+                      p["gpus_per_machine"], netns.Link.parse(p["link"]), p["partitions"], costs)
 
 
 def parallax(args):
@@ -197,7 +206,7 @@ def parallax(args):
           f"compute {compute['costed']:.4f} s per step "
           f"({'given' if args.compute_seconds else 'calibrated on the hybrid at 1 machine'})")
     print(f"{'architecture':12s} {'machines':>8s} {'predicted':>10s} {'published':>10s} {'pred/pub':>8s} "
-          f"{'network':>10s} {'servers':>9s} {'bytes only':>10s}")
+          f"{'network':>10s} {'update':>9s} {'bytes only':>10s}")
     records = []
     for architecture, published in PARALLAX_PUBLISHED.items():
         for machines, figure in zip(PARALLAX_MACHINES, published):

@@ -14,6 +14,7 @@ phases of the busiest link direction's bytes in that phase divided by the rate; 
                           # ([(sent, received)] per machine, network seconds, update CPU seconds) per step
 """
 import dataclasses
+import functools
 
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import numpy as np
@@ -317,20 +318,19 @@ def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()
 
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",
-                   costs=Costs()):
+                   costs=Costs(), machine_groups=None):
     """The CPU time of the update beyond one device's (which the compute term, run.py's step, holds), on the
     busiest task that applies it. A parameter server adds its workers' dense gradients, deduplicates the rows
     they push to it and applies them, part after part (costs.parallel_parts: each part on a core of its own);
-    under allreduce every worker deduplicates every worker's rows and applies them all (a ring allreduce adds
-    inside the collective, in the protocol's rate); under sparse-as-dense every worker densifies each sparse
-    gradient into a whole table and applies the rule to all of it. With costs.accelerated_workers the workers'
-    share runs on their accelerators, in the compute term."""
+    under local aggregation (hybrid-local) each machine's first worker first deduplicates its machine's rows
+    (`machine_groups`: the workers of each machine; on its CPU even with accelerators, as Parallax's accumulator
+    is) and the servers receive one union a machine; under allreduce every worker deduplicates every worker's
+    rows and applies them all (a ring allreduce adds inside the collective, in the protocol's rate); under
+    sparse-as-dense every worker densifies each sparse gradient into a whole table and applies the rule to all
+    of it. With costs.accelerated_workers the workers' share runs on their accelerators, in the compute term."""
     sparse = [v for v in variables if v.kind == "sparse"]
     dense = [v for v in variables if v.kind == "dense"]
-
-    def work(rows_in, distinct, dense_added=0, dense_applied=0):
-        return (rows_in * costs.deduplicate_seconds_per_byte + (distinct + dense_applied) * costs.apply_seconds_per_byte
-                + dense_added * costs.add_seconds_per_byte)
+    work = functools.partial(_update_work, costs)
 
     def row_bytes(v, w):
         return len(step_rows[w][v.name][1]) * v.row_bytes
@@ -348,7 +348,30 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
         busiest = work(sum(row_bytes(v, w) for v in sparse for w in range(num_workers)), union,
                        dense_applied=sum(v.bytes for v in dense))
         return max(busiest - own, 0.0)
-    on_ps = variables if architecture == "ps" else sparse
+    pushed = {v.name: [step_rows[w][v.name][1] for w in range(num_workers)] for v in sparse}  # as each sends it
+    local = 0.0
+    if architecture == "hybrid-local":  # a machine's first worker sends the union of its machine's rows
+        local = max(work(sum(row_bytes(v, w) for v in sparse for w in group), 0) for group in machine_groups)
+        pushed = {v.name: [np.unique(np.concatenate([step_rows[w][v.name][1] for w in group]))
+                           for group in machine_groups] for v in sparse}
+    replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
+        work(0, 0, dense_applied=sum(v.bytes for v in dense))
+    return max(local + _server_seconds(architecture, variables, pushed, num_workers, num_ps, partitions, strategy,
+                                       costs) + replicated - own, 0.0)
+
+
+def _update_work(costs, rows_in, distinct, dense_added=0, dense_applied=0):
+    """CPU seconds to deduplicate `rows_in` bytes of rows, apply `distinct` bytes of rows and `dense_applied`
+    bytes of dense values, and add `dense_added` bytes of dense gradients."""
+    return (rows_in * costs.deduplicate_seconds_per_byte + (distinct + dense_applied) * costs.apply_seconds_per_byte
+            + dense_added * costs.add_seconds_per_byte)
+
+
+def _server_seconds(architecture, variables, pushed, num_workers, num_ps, partitions, strategy, costs):
+    """The busiest parameter server's update: it adds the workers' dense gradients and deduplicates and applies
+    the rows `pushed[variable]` (one array a sender) of its parts."""
+    work = functools.partial(_update_work, costs)
+    on_ps = variables if architecture == "ps" else [v for v in variables if v.kind == "sparse"]
     placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions, strategy)]
     greedy = placement.GreedyBySize(num_ps)  # the runners' placement
     per_server = [[] for _ in range(num_ps)]
@@ -357,14 +380,10 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
         if v.kind == "dense":
             per_server[p].append(work(0, 0, (num_workers - 1) * v.bytes, v.bytes))
         else:
-            pushed = [step_rows[w][v.name][1] for w in range(num_workers)]
-            per_server[p].append(work(sum(_count(u, rows) for u in pushed) * v.row_bytes,
-                                      _count(np.unique(np.concatenate(pushed)), rows) * v.row_bytes))
-    server = max((max(work_of_parts, default=0.0) if costs.parallel_parts else sum(work_of_parts))
-                 for work_of_parts in per_server)
-    replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
-        work(0, 0, dense_applied=sum(v.bytes for v in dense))
-    return max(server + replicated - own, 0.0)
+            per_server[p].append(work(sum(_count(u, rows) for u in pushed[v.name]) * v.row_bytes,
+                                      _count(np.unique(np.concatenate(pushed[v.name])), rows) * v.row_bytes))
+    return max((max(work_of_parts, default=0.0) if costs.parallel_parts else sum(work_of_parts))
+               for work_of_parts in per_server)
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
@@ -393,7 +412,8 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
         network.append(seconds(found, PULL) + exchange_after_compute(
             lambda only, step=step, found=found: seconds(found if only is None else step_flows(step, only), EXCHANGE),
             [v.name for v in variables], ready, compute_seconds))
-    update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs)
+    update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs,
+                             list(groups.values()))
               for step in steps]
     return ([tuple(float(np.mean([s[m][k] for s in per_machine])) for k in (0, 1))
              for m in range(len(per_machine[0]))],

@@ -178,6 +178,22 @@ def test_the_costed_bound_adds_each_protocol_s_rate_and_messages_and_the_servers
         (4 * 20 * 1.0 + 3 * 20 * 10.0) - (2 * 20 * 1.0 + 2 * 20 * 10.0))
 
 
+def test_local_aggregation_deduplicates_a_machine_s_rows_before_its_server_does():
+    """Rows {1, 2}, {2, 3} on machine 0 and {1, 9}, {9} on machine 1, one server, rows of 20 bytes,
+    deduplicating at 1 s a byte and applying at 10. Without local aggregation the server deduplicates all 7
+    rows pushed and applies their union {1, 2, 3, 9}. With it, machine 0's first worker deduplicates its 4
+    rows (the busier machine), then the server the 5 rows of the unions {1, 2, 3} and {1, 9}. One device's own
+    update (2 rows in, 2 applied) is in the compute term either way."""
+    costs = traffic.Costs(deduplicate_seconds_per_byte=1.0, apply_seconds_per_byte=10.0)
+    step = one_step([1, 2], [2, 3], [1, 9], [9])
+    own = 2 * 20 * 1.0 + 2 * 20 * 10.0
+    assert traffic.update_seconds("hybrid", [TABLE], step, 4, 1, costs=costs) == pytest.approx(
+        7 * 20 * 1.0 + 4 * 20 * 10.0 - own)
+    assert traffic.update_seconds("hybrid-local", [TABLE], step, 4, 1, costs=costs,
+                                  machine_groups=[[0, 1], [2, 3]]) == pytest.approx(
+        4 * 20 * 1.0 + 5 * 20 * 1.0 + 4 * 20 * 10.0 - own)
+
+
 def test_sparse_as_dense_densifies_and_updates_every_table_whole_on_every_worker():
     """TABLE (2,000 bytes) densified at 0.001 s a byte and updated whole at 0.002 s a byte on each worker, where
     one device updates only the 2 distinct rows (20 bytes each) of its gradient at 0.01 s a byte; the dense
