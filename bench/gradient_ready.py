@@ -15,15 +15,12 @@ from harness import data, determinism, flags
 from harness.training import StepFeed
 import tensorflow as tf
 
-import model
+from bench import bare_loop
 
 
-def gradient_ops(lm, loss, learning_rate):
-    """{name of the op that yields each variable's gradient: the variable's name} and run.py's update op."""
-    gradients = lm.worker_gradients(loss)
-    train_op, _ = model.update(lm, gradients, learning_rate)
-    return {(g.values if isinstance(g, tf.IndexedSlices) else g).op.name: name
-            for name, g in zip(lm.variables, gradients)}, train_op
+def gradient_ops(gradients):
+    """{name of the op that yields each variable's gradient: the variable's name}."""
+    return {(g.values if isinstance(g, tf.IndexedSlices) else g).op.name: name for name, g in gradients.items()}
 
 
 def ready_fractions(step_stats, ops):
@@ -42,16 +39,15 @@ def main():
     config = flags.model_config(args)
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, data.load(args, config), rows=slice(None))
-    lm = model.LSTMLanguageModel(config, args.seed)
-    loss, final_state = feed.loss(lm, args.seed)
-    ops, train_op = gradient_ops(lm, loss, feed.learning_rate)
+    fetches, gradients = bare_loop.train_step(config, args.seed, feed)
+    ops = gradient_ops(gradients)
     trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     fractions, seconds, state = [], [], None
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
         for step in range(args.warmup_steps + args.traced_steps):
             metadata = tf.compat.v1.RunMetadata()
-            _, state = session.run([train_op, final_state], feed(step, state),
+            _, state, _ = session.run(fetches, feed(step, state),
                                    options=trace if step >= args.warmup_steps else None, run_metadata=metadata)
             if step >= args.warmup_steps:
                 ready, step_seconds = ready_fractions(metadata.step_stats, ops)
