@@ -48,7 +48,7 @@ def main():
         for step in range(args.warmup_steps + args.traced_steps):
             metadata = tf.compat.v1.RunMetadata()
             _, state, _ = session.run(fetches, feed(step, state),
-                                   options=trace if step >= args.warmup_steps else None, run_metadata=metadata)
+                                      options=trace if step >= args.warmup_steps else None, run_metadata=metadata)
             if step >= args.warmup_steps:
                 ready, step_seconds = ready_fractions(metadata.step_stats, ops)
                 fractions.append(ready)

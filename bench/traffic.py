@@ -348,12 +348,12 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
         busiest = work(sum(row_bytes(v, w) for v in sparse for w in range(num_workers)), union,
                        dense_applied=sum(v.bytes for v in dense))
         return max(busiest - own, 0.0)
-    pushed = {v.name: [step_rows[w][v.name][1] for w in range(num_workers)] for v in sparse}  # as each sends it
-    local = 0.0
     if architecture == "hybrid-local":  # a machine's first worker sends the union of its machine's rows
         local = max(work(sum(row_bytes(v, w) for v in sparse for w in group), 0) for group in machine_groups)
         pushed = {v.name: [np.unique(np.concatenate([step_rows[w][v.name][1] for w in group]))
                            for group in machine_groups] for v in sparse}
+    else:  # every worker sends its rows as they are
+        local, pushed = 0.0, {v.name: [step_rows[w][v.name][1] for w in range(num_workers)] for v in sparse}
     replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
         work(0, 0, dense_applied=sum(v.bytes for v in dense))
     return max(local + _server_seconds(architecture, variables, pushed, num_workers, num_ps, partitions, strategy,

@@ -233,3 +233,9 @@ def pdf_text(path):
     word joiners that keep ranges of numbers on one line."""
     text = " ".join(page.extract_text() for page in PdfReader(path).pages).replace("\u2060", "")
     return " ".join(text.split())
+
+
+def without_spaces(text):
+    """`text` with no whitespace at all: a full table cell may touch the next in a PDF's text
+    ("8,6986,511–11,922"), so rows are compared without it on both sides."""
+    return "".join(text.split())

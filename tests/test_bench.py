@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, pdf_text, read_jsonl, run_module
+from conftest import REPO, pdf_text, read_jsonl, run_module, without_spaces
 from bench import crossover, predict, traffic
 from bench import run as bench_run
 from harness import experiments, placement
@@ -454,11 +454,11 @@ def assert_reported(tmp_path, records):
                         cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     text = pdf_text(tmp_path / "report/report.pdf")
-    cells = "".join(text.split())  # a full table cell may touch the next in the PDF's text: "8,6986,511–11,922"
+    cells = without_spaces(text)
     for r in records:
         row = (f"{r['runner']} tiny 2 2 2 {r['link']} 1 {blocks.rate(r['throughput']['median'])} "
                f"{blocks.interval(r['throughput']['p16'], r['throughput']['p84'])}")
-        assert "".join(row.split()) in cells
+        assert without_spaces(row) in cells
     assert "bench not run" not in text and "extrapolation not run" not in text
     drawn = {path.name for path in (tmp_path / "report/figures").iterdir()}
     assert {"bench-model-0.svg", "bench-model-1.svg"} <= drawn

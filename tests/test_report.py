@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from pypdf import PdfReader
 
-from conftest import REPO, pdf_text
+from conftest import REPO, pdf_text, without_spaces
 from harness import experiments
 from reporting import blocks, palette
 
@@ -147,7 +147,7 @@ def test_report_states_the_verdicts_and_the_measured_figures(verified, without_b
         run = summary(verified, name)
         t = run["throughput"]
         row = f"{name} {blocks.rate(t['median'])} {blocks.interval(t['p16'], t['p84'])}"
-        assert "".join(row.split()) in "".join(text.split())  # a full cell may touch the next in the PDF's text
+        assert without_spaces(row) in without_spaces(text)
         assert blocks.loss(run["final_loss"]) in text
         assert run["environment"]["cpu_model"] in text
     assert "equal at every step" in text  # the synchronous runs' losses coincide with the reference's
@@ -164,7 +164,7 @@ def test_results_without_bench_say_so(without_bench):
 def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
     pdf, results = with_bench
     text = pdf_text(pdf)
-    cells = "".join(text.split())  # a full table cell may touch the next in the PDF's text: "8,6986,511–11,922"
+    cells = without_spaces(text)
     assert "bench not run" not in text
     for line in bench_lines(verified):
         if "skipped" in line:
@@ -173,7 +173,7 @@ def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
             row = (f"{palette.key(line['runner'])} tiny {line['workers']} {line['ps']} {line['machines']} 100mbit 1 "
                    f"{blocks.rate(line['throughput']['median'])} "
                    f"{blocks.interval(line['throughput']['p16'], line['throughput']['p84'])}")
-            assert "".join(row.split()) in cells
+            assert without_spaces(row) in cells
     assert "tiny config, 100mbit links, 2 workers:" in text  # the discussion's ranking
     drawn = {path.name for path in (pdf.parent / "figures").iterdir()}
     assert {"bench-scaling-0.svg", "bench-model-0.svg", "bench-extrapolation.svg", "loss.svg"} <= drawn
