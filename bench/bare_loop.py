@@ -22,14 +22,14 @@ def main():
 def train_step(config, seed, feed, prepare=None):
     """run.py's step on one device: the model's loss, gradients and update, nothing more. `prepare(variables,
     gradients)` changes the gradients first (bench.sparse_update's densified rule). Returns the fetches (the
-    loss, the final LSTM state and the update op) and {variable name: its gradient} (bench.gradient_ready
-    traces when each is ready)."""
+    loss, the final LSTM state and the update op), {variable name: the variable (its parts)} and {variable
+    name: its gradient} (bench.step_trace traces when the step reads each and when each gradient is ready)."""
     lm = model.LSTMLanguageModel(config, seed)
     loss, final_state = feed.loss(lm, seed)
     gradients = lm.worker_gradients(loss)
     train_op, _ = model.update(lm, prepare(lm.variable_list, gradients) if prepare else gradients,
                                feed.learning_rate)
-    return [loss, final_state, train_op], dict(zip(lm.variables, gradients))
+    return [loss, final_state, train_op], lm.variables, dict(zip(lm.variables, gradients))
 
 
 def timed_steps(args, config, feed, fetches):

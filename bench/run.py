@@ -176,12 +176,13 @@ def one_device(args):
     return results.read_json(results.summary_path(args.runs_dir, name), "summary")["throughput"]
 
 
-def gradient_ready(args):
-    """{variable: the fraction of one device's step at which its gradient is ready} (bench/gradient_ready.py):
-    where the bound lets the exchange overlap the backward pass."""
-    output = run_quietly([[sys.executable, "-m", "bench.gradient_ready", *flags.passed_on(args)]],
-                         f"bench.gradient_ready (when {args.config}'s gradients are ready)")
-    return next(json.loads(line) for line in output.splitlines() if line.startswith('{"ready"'))["ready"]
+def step_trace(args):
+    """{"needed": {variable: the fraction of one device's step at which the step first reads it}, "ready":
+    {variable: the fraction at which its gradient is ready}} (bench/step_trace.py): where the bound lets the
+    pull overlap the forward pass and the exchange the backward pass."""
+    output = run_quietly([[sys.executable, "-m", "bench.step_trace", *flags.passed_on(args)]],
+                         f"bench.step_trace (when {args.config}'s step reads its variables and has its gradients)")
+    return next(json.loads(line) for line in output.splitlines() if line.startswith('{"needed"'))
 
 
 def synchronous_compute(args, num_workers):
@@ -209,16 +210,19 @@ def machine_of_tasks(addresses, workers, servers):
 
 
 def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
-                ready):
+                trace):
     """The traffic model's bytes per machine ([(sent, received)]) and the bound's terms, with the bytes-only
     bound beside it: record fields (docs/outputs.md). `architecture`: the run's traffic (bench/traffic.py).
-    The exchange overlaps the backward pass by `ready` (gradient_ready) where each worker has a core; where the
-    workers outnumber the cores, a worker's sends wait for their turn on a core (docs/bench.md)."""
+    The pull overlaps the forward pass by `trace["needed"]` (step_trace), and the exchange the backward pass by
+    `trace["ready"]` where each worker has a core, or where the workers outnumber the cores and send only to
+    parameter servers; not in a run with a collective there, whose ranks take turns on the cores
+    (docs/bench.md)."""
     byte_rate = args.net.bits_per_second / 8
-    ready = ready if num_workers <= CORES else None
+    overlaps = num_workers <= CORES or architecture not in traffic.COLLECTIVE_ARCHITECTURES
+    ready = trace["ready"] if overlaps else None
     predicted, network, update = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                                  byte_rate, partitions, costs=args.costs, compute_seconds=compute_term,
-                                                 ready=ready)
+                                                 needed=trace["needed"], ready=ready)
     _, bytes_only_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                                byte_rate, partitions)
     background = traffic.background_seconds(architecture, compute_term, num_workers, args.costs)
@@ -230,9 +234,9 @@ def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machin
                        "bytes_only_bound_seconds": compute_term + bytes_only_network}
 
 
-def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, ready):
+def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, trace):
     """Runs one combination; returns its bench.jsonl record (or a skip record). `compute`: synchronous_compute's
-    (seconds, run names) at this W; `ready`: gradient_ready's fractions."""
+    (seconds, run names) at this W; `trace`: step_trace's fractions."""
     run = RUNS[runner]
     architecture, runner_flags = run.architecture, list(run.flags)
     batch_size = run_config(args, num_workers).batch_size
@@ -247,7 +251,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     machine_of = machine_of_tasks(addresses, workers, servers)
     compute_term, compute_run_names = compute
     predicted, terms = bound_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of, partitions,
-                                   compute_term, ready)
+                                   compute_term, trace)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
@@ -378,18 +382,19 @@ def main():
         args.net, args.config = link, config
         if config not in prepared:
             variables = traffic.model_variables(configs.CONFIGS[config])
-            prepared[config] = (variables, one_device(args), {}, gradient_ready(args))
+            prepared[config] = (variables, one_device(args), {}, step_trace(args))
             print(f"bench: {config}: one device (run.py) trains {prepared[config][1]['median']:,.0f} words/sec, "
-                  f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median); its first gradient is "
-                  f"ready at {min(prepared[config][3].values()):.2f} of the step", flush=True)
-        variables, base, rows, ready = prepared[config]
+                  f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median); it reads its last variable "
+                  f"at {max(prepared[config][3]['needed'].values()):.2f} of the step and has its first gradient at "
+                  f"{min(prepared[config][3]['ready'].values()):.2f}", flush=True)
+        variables, base, rows, trace = prepared[config]
         if w not in rows:
             rows[w] = traffic.touched_rows(run_config(args, w), args, variables, w,
                                            range(args.warmup_steps, args.steps))
         if (link, config, w) not in computes:  # measured again at each rate: close in time to its runs
             computes[link, config, w] = ((base["median_step_seconds"], [f"bench-{config}-one-device"]) if w == 1
                                          else synchronous_compute(args, w))
-        record = one_run(args, runner, w, repeat, variables, rows[w], base, computes[link, config, w], ready)
+        record = one_run(args, runner, w, repeat, variables, rows[w], base, computes[link, config, w], trace)
         record["environment"] = environment.describe(args, run_config(args, w), w)
         records.append(record)
         results.append_line(output, record, "bench")

@@ -42,7 +42,7 @@ def time_steps(args, config):
     """A child: trains --steps steps with --update; prints the throughput summary as one JSON line."""
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(config, data.load(args, config), rows=slice(None))
-    fetches, _ = train_step(config, args.seed, feed, densify if args.update == "dense" else None)
+    fetches, _, _ = train_step(config, args.seed, feed, densify if args.update == "dense" else None)
     summary = timed_steps(args, config, feed, fetches)
     print(json.dumps({**summary, "peak_resident_bytes": harness.peak_resident_bytes()}))
 

@@ -285,9 +285,24 @@ def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()
     return max(max(busiest.values(), default=0.0), max(local.values(), default=0.0), shared)
 
 
+def pull_before_compute(pull_seconds_of, names, needed, compute_seconds):
+    """How long the compute waits for the pull when it starts as soon as the variables it reads first have
+    arrived, variable v being first read at needed[v] of the compute (bench/step_trace.py: a worker's read of a
+    variable on a server is a receive its first reader waits for), the variables arriving one after another in
+    the order they are needed: the wait is the largest, over the variables, of the arrival of it and of every
+    variable needed before it, less the compute done by the time it is needed. `pull_seconds_of(names)`: the
+    pull phase's time for those variables' flows (None: all). Without `needed` (not measured), the compute
+    waits for the whole pull."""
+    if not needed:
+        return pull_seconds_of(None)
+    order = sorted(names, key=needed.get)
+    return max(max(pull_seconds_of(order[:i + 1]) - needed[name] * compute_seconds for i, name in enumerate(order)),
+               0.0)
+
+
 def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
     """How long the exchange goes on after the compute when each gradient leaves as soon as the backward pass
-    has made it, at ready[name] of the compute (bench/gradient_ready.py: Horovod allreduces a gradient when it
+    has made it, at ready[name] of the compute (bench/step_trace.py: Horovod allreduces a gradient when it
     is ready, and a worker's send to a server runs when its input is), the gradients one after another in the
     order they are ready: the exchange ends at the latest, over the gradients, of one's ready time plus the
     exchange of it and of every gradient ready after it (when the last of a queue's jobs leaves).
@@ -387,13 +402,14 @@ def _server_seconds(architecture, variables, pushed, num_workers, num_ps, partit
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
-            strategy="mod", costs=Costs(), compute_seconds=0.0, ready=None):
+            strategy="mod", costs=Costs(), compute_seconds=0.0, needed=None, ready=None):
     """(each machine's (sent, received) bytes per step, the step's network seconds beyond the compute, the
     update's CPU seconds beyond one device's), averaged over the sampled steps of `rows`; `machine_of[task]`:
-    the machine index of every task. The pull comes before the compute; the exchange overlaps the compute's
-    backward pass by `ready` (exchange_after_compute: {variable: fraction of `compute_seconds` at which its
-    gradient is ready}), not at all without it. With Costs() and no `ready`, the bytes-only bound's network time
-    and no CPU time."""
+    the machine index of every task. The pull overlaps the compute's forward pass by `needed`
+    (pull_before_compute: {variable: fraction of `compute_seconds` at which the step first reads it}), and the
+    exchange its backward pass by `ready` (exchange_after_compute: {variable: fraction at which its gradient is
+    ready}); without them, the pull comes before the compute and the exchange after it. With Costs() and
+    neither, the bytes-only bound's network time and no CPU time."""
     groups = {}
     for w in range(num_workers):
         groups.setdefault(machine_of[f"worker{w}"], []).append(w)
@@ -403,15 +419,17 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
         return flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()), strategy,
                      only)
 
-    def seconds(found, phase):
-        return phase_seconds(found, phase, machine_of, bytes_per_second, costs)
-    per_machine, network = [], []
+    def seconds(step, found, phase, only):
+        return phase_seconds(found if only is None else step_flows(step, only), phase, machine_of, bytes_per_second,
+                             costs)
+    names, per_machine, network = [v.name for v in variables], [], []
     for step in steps:
         found = step_flows(step)
         per_machine.append(link_bytes(found, machine_of))
-        network.append(seconds(found, PULL) + exchange_after_compute(
-            lambda only, step=step, found=found: seconds(found if only is None else step_flows(step, only), EXCHANGE),
-            [v.name for v in variables], ready, compute_seconds))
+        network.append(
+            pull_before_compute(functools.partial(seconds, step, found, PULL), names, needed, compute_seconds)
+            + exchange_after_compute(functools.partial(seconds, step, found, EXCHANGE), names, ready,
+                                     compute_seconds))
     update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs,
                              list(groups.values()))
               for step in steps]

@@ -1,0 +1,87 @@
+"""When, within run.py's step on one device, the step first needs each variable and when each variable's
+gradient is ready: fractions of the step (its first op's start to its last op's end, the update included),
+from TensorFlow's step statistics (a traced session.run), the median over --traced_steps steps after the
+warm-up. The bound lets a worker compute until it needs a variable it has not yet pulled, and a gradient's
+exchange start when it is ready, while the backward pass goes on (docs/bench.md): a worker's read of a
+variable on a server is a receive that its first reader waits for, Horovod allreduces each gradient as it is
+ready, and a worker's send of a gradient to its server is an op that runs as soon as its input is. Prints one
+JSON line: {"needed": {variable: fraction}, "ready": {variable: fraction}, "traced_step_seconds": median}.
+
+    python -m bench.step_trace --config=small
+"""
+import json
+import statistics
+
+import harness.determinism  # (first: it fixes TensorFlow's kernels)
+from harness import data, determinism, flags
+from harness.training import StepFeed
+import tensorflow as tf
+
+from bench import bare_loop
+
+PASS_THROUGH = ("ReadVariableOp", "Identity")  # a read, not a use: the step needs the variable at their readers
+
+
+def gradient_ops(gradients):
+    """{name of the op that yields each variable's gradient: the variable's name}."""
+    return {(g.values if isinstance(g, tf.IndexedSlices) else g).op.name: name for name, g in gradients.items()}
+
+
+def reader_ops(variables):
+    """{name of an op that uses a variable's value: the variable's name}, through reads and identities (a
+    partitioned variable's parts count as the variable)."""
+    found = {}
+    for name, parts in variables.items():
+        todo = [part.op for part in tf.nest.flatten(parts)]
+        while todo:
+            for reader in (c for output in todo.pop().outputs for c in output.consumers()):
+                if reader.type in PASS_THROUGH:
+                    todo.append(reader)
+                else:
+                    found[reader.name] = name
+    return found
+
+
+def fractions(step_stats, ready_ops, readers):
+    """({variable: fraction of the traced step at which its first reader started}, {variable: fraction at which
+    its gradient's op ended}, the step's seconds). Readers that do not run in the step (initialisers) are not
+    in its statistics."""
+    nodes = [node for device in step_stats.dev_stats for node in device.node_stats]
+    start = min(node.all_start_micros for node in nodes)
+    end = max(node.all_start_micros + node.all_end_rel_micros for node in nodes)
+    needed = {}
+    for node in nodes:
+        if node.node_name in readers:
+            name = readers[node.node_name]
+            needed[name] = min(needed.get(name, end), node.all_start_micros)
+    ended = {node.node_name: node.all_start_micros + node.op_end_rel_micros for node in nodes}
+    return ({name: (at - start) / (end - start) for name, at in needed.items()},
+            {name: (ended[op] - start) / (end - start) for op, name in ready_ops.items()}, (end - start) / 1e6)
+
+
+def main():
+    parser = flags.parser("step_trace", __doc__)
+    flags.DEFINE_integer("traced_steps", 6, "steps traced after the warm-up", lower_bound=1, flag_values=parser)
+    args = flags.parse(parser)
+    config = flags.model_config(args)
+    tf.compat.v1.disable_eager_execution()
+    feed = StepFeed(config, data.load(args, config), rows=slice(None))
+    fetches, variables, gradients = bare_loop.train_step(config, args.seed, feed)
+    ready_ops, readers = gradient_ops(gradients), reader_ops(variables)
+    trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    traced, state = [], None
+    with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        for step in range(args.warmup_steps + args.traced_steps):
+            metadata = tf.compat.v1.RunMetadata()
+            _, state, _ = session.run(fetches, feed(step, state),
+                                      options=trace if step >= args.warmup_steps else None, run_metadata=metadata)
+            if step >= args.warmup_steps:
+                traced.append(fractions(metadata.step_stats, ready_ops, readers))
+    print(json.dumps({kind: {name: statistics.median(t[k][name] for t in traced) for name in gradients}
+                      for k, kind in enumerate(("needed", "ready"))}
+                     | {"traced_step_seconds": statistics.median(t[2] for t in traced)}))
+
+
+if __name__ == "__main__":
+    harness.main(main)
