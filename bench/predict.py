@@ -47,7 +47,7 @@ PARALLAX_PUBLISHED = {"ps": (88_000, 128_000, 147_000, 101_000), "allreduce": (6
 # send them undeduplicated (model.worker_gradients here deduplicates first). The parameter servers' CPU work
 # is measured here, one core per part (TensorFlow runs the parts' independent updates at once), and so is the
 # hybrid's local aggregation on a machine's CPU; the workers' own update runs on their GPUs, in the compute term.
-PARALLAX_TRANSPORTS = {"pull": "verbs", "push": "verbs", "allreduce": "nccl", "allgather": "mpi"}
+PARALLAX_TRANSPORTS = {"pull": "verbs", "push": "verbs", "allreduce": "nccl", "allgather": "mpi allgather"}
 # How each of the figure's three series ran, as the traffic model's architectures. The figure has five series;
 # these are "Tensorflow-PS", "Horovod" and "Parallax-HYBRID" (its others, Parallax-PS and Parallax-MPI, are
 # Parallax's own modes). Parallax's hybrid aggregates each machine's sparse gradients first: local_aggregation
@@ -168,11 +168,12 @@ def measured_compute(args):
 def parallax_costs(measured):
     """The costs of Parallax's cluster (PARALLAX_TRANSPORTS) from bench.costs's measurements here."""
     here = traffic.Costs.measured(measured, collective="mpi")
-    return traffic.Costs(rates={"mpi": here.rates["mpi"], "mpi-local": here.rates["mpi-local"]},
-                         message_seconds={"verbs": here.message_seconds["grpc"], "nccl": here.message_seconds["mpi"],
-                                          "mpi": here.message_seconds["mpi"],
-                                          "mpi-local": here.message_seconds["mpi-local"]},
-                         local_transports={"mpi": "mpi-local"},
+    return traffic.Costs(rates={name: here.rates[name] for name in ("mpi allgather", "mpi-local allgather")},
+                         message_seconds={"verbs": here.message_seconds["grpc"],
+                                          "nccl": here.message_seconds["mpi allreduce"],
+                                          **{name: here.message_seconds[name]
+                                             for name in ("mpi allgather", "mpi-local allgather")}},
+                         local_transports={"mpi allgather": "mpi-local allgather"},
                          deduplicate_seconds_per_byte=here.deduplicate_seconds_per_byte,
                          apply_seconds_per_byte=here.apply_seconds_per_byte,
                          add_seconds_per_byte=here.add_seconds_per_byte, transports=PARALLAX_TRANSPORTS,

@@ -193,17 +193,19 @@ def link_bytes(step_flows, machine_of, phase=None):
 
 
 def transports(collective="gloo"):
-    """The transport of each operation: gRPC between workers and parameter servers, `collective` for Horovod."""
-    return {"pull": "grpc", "push": "grpc", "allreduce": collective, "allgather": collective}
+    """The protocol of each operation: gRPC between workers and parameter servers; `collective`'s allreduce and
+    its allgather for Horovod, each costed on its own (an allreduce also adds, an allgather only copies)."""
+    return {"pull": "grpc", "push": "grpc", **{operation: f"{collective} {operation}" for operation in COLLECTIVES}}
 
 
 @dataclasses.dataclass(frozen=True)
 class Costs:
-    """What a step costs beyond its bytes over the links, as bench/costs.py measures it: per transport ("grpc"
-    between a worker and a parameter server, "gloo" or "mpi" between Horovod's ranks) the rate it carries bytes
-    at when the link does not limit it and its fixed seconds per message; and the CPU seconds per byte of rows
-    to deduplicate a sparse gradient, to apply rows (and dense values) with the update rule, and to add dense
-    gradients. Costs() is the bytes-only bound: every rate infinite, nothing fixed, no CPU work."""
+    """What a step costs beyond its bytes over the links, as bench/costs.py measures it: per protocol ("grpc"
+    between a worker and a parameter server; "gloo allreduce", "gloo allgather", "mpi allgather"... between
+    Horovod's ranks: `transports` names each operation's) the rate it carries bytes at when the link does not
+    limit it and its fixed seconds per message; and the CPU seconds per byte of rows to deduplicate a sparse
+    gradient, to apply rows (and dense values) with the update rule, and to add dense gradients. Costs() is the
+    bytes-only bound: every rate infinite, nothing fixed, no CPU work."""
     rates: dict = dataclasses.field(default_factory=dict)  # transport: bytes per second (absent: infinite)
     message_seconds: dict = dataclasses.field(default_factory=dict)  # transport: seconds per message
     deduplicate_seconds_per_byte: float = 0.0
@@ -222,22 +224,23 @@ class Costs:
 
     @classmethod
     def measured(cls, costs, collective="gloo", shared_cores=0):
-        """From bench/costs.py's record: gRPC's slower direction and its cost of a message; a collective's
-        allreduce and allgather, the slower rate and the larger fixed cost (one collective is one message); the
-        larger CPU per byte of each transport's operations."""
+        """From bench/costs.py's record: gRPC's slower direction, the larger CPU per byte of its pull and push,
+        and its cost of a message (a gRPC flow adds one tensor to a run); each collective operation's own rate,
+        CPU per byte and fixed cost (a collective is a message of its own); Horovod's background thread's share
+        of a core under its allreduce."""
         protocols, rows = costs["protocols"], costs["rows"]
-        # A gRPC flow adds one tensor to a run (its cost of a message); a collective is a message of its own.
-        messages = {"grpc": protocols["grpc"]["message_seconds"]}
-        rates, cpu, shares = {}, {}, {}
-        for name, operations in (("grpc", ("pull", "push")), ("gloo", COLLECTIVES), ("mpi", COLLECTIVES),
-                                 ("mpi-local", COLLECTIVES)):
+        grpc = [protocols["grpc"][operation] for operation in ("pull", "push")]
+        rates, cpu = ({"grpc": min(op["bytes_per_second"] for op in grpc)},
+                      {"grpc": max(op["cpu_seconds_per_byte"] for op in grpc)})
+        messages, shares = {"grpc": protocols["grpc"]["message_seconds"]}, {}
+        for name in ("gloo", "mpi", "mpi-local"):
             if name in protocols:
-                fitted = [protocols[name][operation] for operation in operations]
-                rates[name] = min(op["bytes_per_second"] for op in fitted)
-                cpu[name] = max(op["cpu_seconds_per_byte"] for op in fitted)
-                if name != "grpc":
-                    messages[name] = max(op["fixed_seconds"] for op in fitted)
-                    shares[name] = protocols[name]["background_cpu_share"]
+                for operation in COLLECTIVES:
+                    fitted = protocols[name][operation]
+                    rates[f"{name} {operation}"] = fitted["bytes_per_second"]
+                    cpu[f"{name} {operation}"] = fitted["cpu_seconds_per_byte"]
+                    messages[f"{name} {operation}"] = fitted["fixed_seconds"]
+                shares[f"{name} allreduce"] = protocols[name]["background_cpu_share"]
         per_byte = {name: work["seconds_per_byte"] for name, work in rows.items()}
         return cls(rates, messages, per_byte["deduplicate"], per_byte["apply"], per_byte["add"],
                    per_byte["densify"], per_byte["apply_dense"], transports(collective), shared_cores,

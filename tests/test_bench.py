@@ -163,8 +163,9 @@ def test_the_step_reads_its_variables_in_forward_order_and_has_their_gradients_i
 
 def test_the_costed_bound_reduces_to_the_bytes_only_bound_without_costs():
     """Infinite protocol rates, no fixed cost and no CPU work per byte give the bytes-only bound, term by term."""
-    free = traffic.Costs(rates={"grpc": float("inf"), "gloo": float("inf")}, message_seconds={"grpc": 0.0, "gloo": 0.0},
-                         cpu_seconds_per_byte={"grpc": 0.0, "gloo": 0.0}, shared_cores=2)
+    protocols = set(traffic.transports().values())
+    free = traffic.Costs(rates=dict.fromkeys(protocols, float("inf")), message_seconds=dict.fromkeys(protocols, 0.0),
+                         cpu_seconds_per_byte=dict.fromkeys(protocols, 0.0), shared_cores=2)
     step = one_step([1, 2, 2], [2, 7])
     placement_of = machines(["worker0", "ps0"], ["worker1", "ps1"])
     for architecture in traffic.ARCHITECTURES:
@@ -236,7 +237,7 @@ def test_horovod_s_background_threads_stretch_the_compute_where_each_worker_has_
     worker has a core to spare for its thread. More workers than cores: not priced (their threads take a share
     the idle measurement does not give). The PS runners have no such thread; off shared cores (a real cluster)
     a thread has its own core; without a measured share there is nothing to add."""
-    costs = traffic.Costs(background_shares={"gloo": 0.1}, shared_cores=2)
+    costs = traffic.Costs(background_shares={"gloo allreduce": 0.1}, shared_cores=2)
     assert traffic.background_seconds("allreduce", 1.0, 2, costs) == pytest.approx(2 / 1.8 - 1)
     assert traffic.background_seconds("hybrid", 1.0, 4, dataclasses.replace(costs, shared_cores=4)) == \
         pytest.approx(4 / 3.6 - 1)
@@ -255,8 +256,8 @@ def test_a_transport_of_its_own_within_a_machine_prices_the_flows_there():
     one_machine = machines(["worker0", "worker1"])
     mpi = traffic.Costs(transports=traffic.transports("mpi"))
     assert traffic.network_seconds(flows, one_machine, 100.0, mpi) == 0.0
-    local = dataclasses.replace(mpi, rates={"mpi-local": 10.0}, message_seconds={"mpi-local": 0.5},
-                                local_transports={"mpi": "mpi-local"})
+    local = dataclasses.replace(mpi, rates={"mpi-local allgather": 10.0}, message_seconds={"mpi-local allgather": 0.5},
+                                local_transports={"mpi allgather": "mpi-local allgather"})
     assert traffic.network_seconds(flows, one_machine, 100.0, local) == 2 * 24 / 10.0 + 2 * 0.5
 
 
@@ -297,8 +298,13 @@ def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs
     from bench import costs
     assert costs.load(str(measured_costs)) == measured  # this machine's: a bench run reuses it
     costed = traffic.Costs.measured(measured)
-    assert costed.rates["grpc"] > 1e6 and costed.message_seconds["gloo"] >= 0
-    assert costed.background_shares["gloo"] == measured["protocols"]["gloo"]["background_cpu_share"]
+    assert costed.rates["grpc"] > 1e6 and costed.message_seconds["grpc"] >= 0
+    for operation in traffic.COLLECTIVES:  # each collective costed as measured, not as the other
+        fitted = measured["protocols"]["gloo"][operation]
+        assert costed.rates[f"gloo {operation}"] == fitted["bytes_per_second"]
+        assert costed.message_seconds[f"gloo {operation}"] == fitted["fixed_seconds"]
+        assert costed.cpu_seconds_per_byte[f"gloo {operation}"] == fitted["cpu_seconds_per_byte"]
+    assert costed.background_shares["gloo allreduce"] == measured["protocols"]["gloo"]["background_cpu_share"]
     stale = dict(measured, format=costs.FORMAT - 1)
     (measured_costs / "bench-costs.json").write_text(json.dumps(stale))
     try:
@@ -403,8 +409,8 @@ def test_predict_holds_the_model_against_parallax_s_twelve_points(measured_costs
 
     def passed_on(ranks):
         return max(sum(g for k, g in enumerate(gathered) if k != (r + 1) % 48) for r in ranks)
-    crossing = passed_on([6 * m + 5 for m in range(8)]) / mpi.rates["mpi"]
-    within = passed_on([r for r in range(48) if r % 6 != 5]) / mpi.rates["mpi-local"]
+    crossing = passed_on([6 * m + 5 for m in range(8)]) / mpi.rates["mpi allgather"]
+    within = passed_on([r for r in range(48) if r % 6 != 5]) / mpi.rates["mpi-local allgather"]
     assert crossing <= points[7]["network_seconds"] <= max(crossing, within) + 1.0
 
 
