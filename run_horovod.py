@@ -5,20 +5,18 @@
 
 It is run.py with the lines marked "Horovod:" changed: each worker trains its own rows of the global batch,
 starts from rank 0's variables, averages its gradients with the others' before the shared update rule, and
-only rank 0 records results and writes the checkpoint. The embedding's sparse gradient goes through
-Horovod's sparse path (an allgather of its rows) unless --sparse_as_dense densifies it for an allreduce.
+only rank 0 records results and writes the checkpoint. A sparse gradient goes through Horovod's sparse path
+(an allgather of its rows) unless --sparse_as_dense densifies it for an allreduce.
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, determinism, flags, runner_flags, training
+from harness import data, determinism, models, placement, runner_flags, training, update
 from harness.checkpoints import Checkpoints
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
+from harness.variables import Params
 import numpy as np
 import tensorflow as tf
-
-import configs
-import model
 
 try:
     import horovod.tensorflow as hvd
@@ -30,60 +28,78 @@ def main():
     args = runner_flags.parse("run_horovod", __doc__)
     if hvd is None:
         raise harness.UsageError(f"Horovod is not usable ({HOROVOD_ERROR}): run make setup")
-    config = flags.model_config(args)
+    model, config = models.from_flags(args)
     hvd.init()  # Horovod: join the other workers
-    if hvd.rank() == 0:  # the chief: this run's outputs are its
+    chief = hvd.rank() == 0
+    if chief:  # the chief: this run's outputs are its
         remove_stale_outputs(args)
     rows = data.shard(config.batch_size, hvd.rank(), hvd.size())  # Horovod: this worker's rows
-    batches = data.load(args, config)
+    batches = model.data(config, args.data_path, args.seed)
 
     tf.compat.v1.disable_eager_execution()
-    feed = StepFeed(config, batches, rows)
-    lm = model.LSTMLanguageModel(config, args.seed)
-    loss, final_state = feed.loss(lm, args.seed)
-    gradients = lm.worker_gradients(loss)
+    feed = StepFeed(model, config, batches, rows)
+    params = Params(model, config, args.seed)
+    objective, final_state = feed.loss(params, args.seed)
+    gradients = params.gradients(objective)
+    kinds = placement.gradient_kinds(params.variables, gradients)
     if args.sparse_as_dense:
         gradients = [tf.convert_to_tensor(g) for g in gradients]
     # Horovod: average over workers; IndexedSlices are allgathered, dense tensors allreduced.
     gradients = [hvd.allreduce(g, op=hvd.Average) for g in gradients]
-    global_loss = hvd.allreduce(loss, op=hvd.Average)
-    train_op, global_norm = model.update(lm, gradients, feed.learning_rate)
-    saver = lm.saver()
+    global_objective = hvd.allreduce(objective, op=hvd.Average)
+    train_op, global_norm = update.update(params, gradients, feed.learning_rate, feed.step)
+    saver = params.saver()
     checkpoints = Checkpoints(args, saver, hvd.size())
-    # Horovod: rank 0's checkpoints hold every worker's rows of the LSTM state (gathered in rank order, which
-    # is row order), and on resume every worker gets rank 0's step and state, and takes its rows.
-    own_state = tf.compat.v1.placeholder(tf.float32, feed.state_shape)
-    gathered_state = tf.transpose(hvd.allgather(tf.transpose(own_state, [1, 0, 2])), [1, 0, 2])
-    resumed = [tf.compat.v1.placeholder(tf.int64, []),
-               tf.compat.v1.placeholder(tf.float32, configs.state_shape(config, config.batch_size))]
-    from_rank_0 = [hvd.broadcast(value, 0) for value in resumed]
+    carried = HorovodState(feed.state_shape, config.batch_size)
 
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
-        chief = hvd.rank() == 0
         first_step, state = checkpoints.restore(session) if args.resume and chief else (0, None)
         session.run(hvd.broadcast_global_variables(0))  # Horovod: start from rank 0's values
-        if args.resume:  # Horovod: rank 0's step and state
-            first_step, state = session.run(from_rank_0, dict(zip(resumed, (first_step, state) if chief else (
-                0, np.zeros(configs.state_shape(config, config.batch_size), np.float32)))))
-            first_step, state = int(first_step), state[:, rows]
-        recorder = Recorder(args, config, "run_horovod", hvd.size(), first_step if args.resume else None) \
+        if args.resume:  # Horovod: rank 0's step and its rows of the state
+            first_step, state = carried.share(session, first_step, state, rows)
+        recorder = Recorder(args, model, config, "run_horovod", hvd.size(), first_step if args.resume else None) \
             if chief else None
 
         def run_step(step, state):
-            step_loss, state, norm, _ = session.run([global_loss, final_state, global_norm, train_op],
-                                                    feed(step, state))
-            return state, step_loss, config.words_per_batch, {"grad_norm": norm}
+            step_objective, state, norm, _ = session.run([global_objective, final_state, global_norm, train_op],
+                                                         feed(step, state))
+            return state, step_objective, models.units_per_step(model, config), {"grad_norm": norm}
 
         def after_step(done, state):
             if checkpoints.due(done, args.steps):
-                everyone = session.run(gathered_state, {own_state: state})  # Horovod: every worker's rows
+                everyone = carried.gather(session, state)  # Horovod: every worker's rows
                 if chief:
                     checkpoints.save(session, done, everyone)
         # Horovod: rank 0 records for all
         training.loop(args.steps, run_step, recorder.step if chief else None, first_step, state, after_step)
         if chief:
-            recorder.finish(session, saver)
+            recorder.finish(session, saver, placement.describe(params, kinds))
+
+
+class HorovodState:
+    """Horovod: the state the workers carry, gathered in rank order (row order) for rank 0's checkpoints, and
+    rank 0's step and rows of it handed to every worker on resume."""
+
+    def __init__(self, state_shape, batch_size):
+        self.stateful = state_shape is not None
+        self.step = tf.compat.v1.placeholder(tf.int64, [])
+        self.shared_step = hvd.broadcast(self.step, 0)
+        if self.stateful:
+            self.own = tf.compat.v1.placeholder(tf.float32, state_shape)
+            self.gathered = hvd.allgather(self.own)
+            self.whole = tf.compat.v1.placeholder(tf.float32, [batch_size, *state_shape[1:]])
+            self.shared_whole = hvd.broadcast(self.whole, 0)
+
+    def gather(self, session, state):
+        return session.run(self.gathered, {self.own: state}) if self.stateful else None
+
+    def share(self, session, step, state, rows):
+        step = int(session.run(self.shared_step, {self.step: step}))
+        if not self.stateful:
+            return step, None
+        whole = state if state is not None else np.zeros(self.whole.shape, np.float32)
+        return step, session.run(self.shared_whole, {self.whole: whole})[rows]
 
 
 if __name__ == "__main__":

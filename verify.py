@@ -31,6 +31,7 @@ uninterrupted run does. This is the fault test to run on your own cluster.
 --runner_args NAME=FLAGS adds flags to one run, for negative controls: "parallax=--average_sparse=false" (sums
 instead of averaging) or "horovod=--seed=2" must fail, naming the variables that differ.
 """
+import harness.determinism  # first: the models verify loads to check flags import TensorFlow
 import math
 import os
 import shlex

@@ -4,12 +4,12 @@ at any step and resumed ends with exactly the parameters of a run that was never
 A checkpoint after N steps is three things in the run's checkpoint directory:
 
     model.ckpt-N.index, .data-*   the variables (accumulators included), by model.py's names (the Saver's)
-    model.ckpt-N.state.npy        the LSTM state carried into step N
+    model.ckpt-N.state.npy        the state carried into step N (a model with state only)
     model.ckpt-N.run.json         N and the flags that shape the run; written last, under a temporary name
                                   and then renamed: a checkpoint is complete when it exists
 
 Everything else step N depends on comes from (seed, N): the batch (the data position is the step), the
-dropout masks, the sampled candidates and the learning rate. The Saver keeps the last 5 checkpoints; the
+model's randomness and the learning rate. The Saver keeps the last 5 checkpoints; the
 files of the ones it drops go with them. Resuming with a flag that would change the result is one line and
 exit status 2, naming the flag.
 """
@@ -23,7 +23,7 @@ import numpy as np
 from harness import UsageError
 
 # The flags whose values shape what a run computes (those a runner has), and the worker count.
-SHAPING_FLAGS = ("config", "seed", "batch_size", "data_path", "partitions", "partition_strategy", "average_sparse",
+SHAPING_FLAGS = ("model", "config", "seed", "batch_size", "data_path", "partitions", "partition_strategy", "average_sparse",
                  "local_aggregation", "sparse_as_dense")
 
 
@@ -47,16 +47,17 @@ class Checkpoints:
         return bool(self.save_every) and steps_done % self.save_every == 0 and steps_done < last_step
 
     def save(self, session, steps_done, state):
-        """Writes the checkpoint after `steps_done` steps; `state`: the whole global batch's LSTM state. A write
+        """Writes the checkpoint after `steps_done` steps; `state`: the whole global batch's state, or None. A write
         that fails (a full disk) ends the run with one line; the checkpoints before stay usable."""
         import tensorflow as tf  # (the runner has loaded it)
         prefix, started = self.prefix(steps_done), time.perf_counter()
         try:
-            np.save(prefix + ".state.npy", state)
+            if state is not None:
+                np.save(prefix + ".state.npy", state)
             self.saver.save(session, os.path.join(self.directory, "model.ckpt"), global_step=steps_done,
                             write_meta_graph=False)
             with open(prefix + ".run.json.partial", "w") as f:
-                json.dump({"steps_done": steps_done, **self.shape}, f)
+                json.dump({"steps_done": steps_done, "stateful": state is not None, **self.shape}, f)
             os.replace(prefix + ".run.json.partial", prefix + ".run.json")
         except (OSError, tf.errors.OpError) as error:
             latest = self.complete()
@@ -69,7 +70,8 @@ class Checkpoints:
             dropped = marker[:-len(".run.json")]
             if not os.path.exists(dropped + ".index"):  # the Saver dropped it: its other files go too
                 for path in (marker, dropped + ".state.npy"):
-                    os.remove(path)
+                    if os.path.exists(path):
+                        os.remove(path)
 
     def complete(self):
         """[(steps done, its record)] of every complete checkpoint whose marker can be read, newest first."""
@@ -81,7 +83,7 @@ class Checkpoints:
                     record = json.load(f)
             except (OSError, ValueError):
                 continue  # unreadable: an earlier one serves
-            if os.path.exists(prefix + ".index") and os.path.exists(prefix + ".state.npy"):
+            if os.path.exists(prefix + ".index") and (not record.get("stateful", True) or os.path.exists(prefix + ".state.npy")):
                 found.append((record["steps_done"], record))
         return sorted(found, key=lambda item: -item[0])
 
@@ -101,14 +103,14 @@ class Checkpoints:
 
     def restore(self, session):
         """Restores the latest complete checkpoint that can be read (saying which, and why a newer one could
-        not); returns (the step to continue from, the LSTM state to feed it). Raises UsageError when there is
+        not); returns (the step to continue from, the state to feed it or None). Raises UsageError when there is
         none, or when a flag differs from the checkpoints'."""
         import tensorflow as tf  # (the runner has loaded it)
-        for steps_done, _ in self.resumable():
+        for steps_done, record in self.resumable():
             prefix = self.prefix(steps_done)
             try:
                 self.saver.restore(session, prefix)
-                state = np.load(prefix + ".state.npy")
+                state = np.load(prefix + ".state.npy") if record.get("stateful", True) else None
             except (OSError, ValueError, tf.errors.OpError) as error:
                 print(f"resume: {prefix} cannot be read ({_why(error)}); trying an earlier one", flush=True)
                 continue

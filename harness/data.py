@@ -1,9 +1,9 @@
-"""The training data and the sharding contract every runner follows.
+"""The sharding contract every runner follows, and a language model's data.
 
-The global batch of step t is a function of the corpus and t alone (ptb_word_lm's layout): the token stream
-is cut into `batch_size` contiguous rows, and step t reads the window of `num_steps` + 1 tokens at position
-(t mod epoch_size) * num_steps of every row. Worker r of W trains rows [r*B/W, (r+1)*B/W) and carries the
-LSTM state of exactly those rows from step to step; every row's state restarts at zero with each epoch.
+The global batch of step t is a function of the data and t alone; worker r of W trains rows [r*B/W, (r+1)*B/W)
+and carries the state of exactly those rows from step to step. A language model's batch (ptb_word_lm's
+layout): the token stream is cut into `batch_size` contiguous rows, and step t reads the window of
+`num_steps` + 1 tokens at position (t mod epoch_size) * num_steps of every row.
 """
 import collections
 import os
@@ -66,20 +66,11 @@ class Batches:
         window = self.rows[:, start:start + self.num_steps + 1]
         return window[:, :-1], window[:, 1:]
 
-    def epoch(self, step):
-        return step // self.epoch_size
 
-    def starts_epoch(self, step):
-        return step % self.epoch_size == 0
-
-
-def load(args, config):
-    """The Batches of a run: the text at --data_path, or the synthetic corpus of --seed."""
-    if args.data_path:
-        tokens = text_tokens(args.data_path, config.vocab_size)
-    else:
-        tokens = synthetic_tokens(config.vocab_size, args.seed)
-    return Batches(tokens, config.batch_size, config.num_steps)
+def language_model(vocab_size, batch_size, num_steps, data_path, seed):
+    """The Batches of a language model: the text at `data_path` (--data_path), or the synthetic corpus of `seed`."""
+    tokens = text_tokens(data_path, vocab_size) if data_path else synthetic_tokens(vocab_size, seed)
+    return Batches(tokens, batch_size, num_steps)
 
 
 def shard(batch_size, rank, num_workers):

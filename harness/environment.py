@@ -4,6 +4,8 @@ import os
 import platform
 import socket
 
+from harness import models
+
 
 def _cpu_model():
     try:
@@ -48,7 +50,7 @@ def machine():
     }
 
 
-def describe(args, config, num_workers):
+def describe(args, model, config, num_workers):
     """The machine (the chief's), the software and the run's shape, as a JSON-ready dict."""
     return {
         "hostnames": [socket.gethostname()],
@@ -58,6 +60,6 @@ def describe(args, config, num_workers):
         "workers": num_workers,
         "global_batch_rows": config.batch_size,
         "rows_per_worker": config.batch_size // num_workers,
-        "num_steps": config.num_steps,
-        "words_per_step": config.words_per_batch,
+        "unit": models.unit(model),
+        "words_per_step": models.units_per_step(model, config),
     }

@@ -12,7 +12,6 @@ absl gives every script `--flagfile=experiment.flags` (one flag per line) and `-
 `--help` (`-h`, `--helpshort`, `--helpfull`): the script's description and every flag with its default.
 """
 import argparse
-import dataclasses
 import math
 import os
 import sys
@@ -22,8 +21,7 @@ from absl import flags as absl_flags
 from absl.flags import (DEFINE_boolean, DEFINE_enum, DEFINE_float, DEFINE_integer, DEFINE_list,  # noqa: F401
                         DEFINE_multi_string, DEFINE_string)
 
-import configs
-from harness import UsageError
+from harness import UsageError, models
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull", "-?")
 
@@ -45,10 +43,9 @@ def validate(flag_values, name, check, message):
 def parser(runner, description):
     """The shared flags; `runner` names the default checkpoint directory and run."""
     p = FlagSet(f"{runner}.py", description)
-    DEFINE_enum("config", "small", sorted(configs.CONFIGS),
-                "model configuration (configs.CONFIGS): tiny for tests, small and medium as in the paper, lm1b "
-                "Parallax's sparse-heavy LM1B (lm1b-tiny for tests, lm1b-sparse with a small LSTM for bench's "
-                "crossover)", flag_values=p)
+    DEFINE_string("model", "lstm", "the model: a built-in one (models/: lstm, transformer) or a path to a model "
+                  "file (docs/your-model.md)", flag_values=p)
+    DEFINE_string("config", None, "the model's configuration (its CONFIGS; default: its first)", flag_values=p)
     DEFINE_integer("batch_size", None, "the global batch in rows, shared by the workers (default: the config's); "
                    "make bench's weak scaling gives W workers W times the config's batch", lower_bound=1,
                    flag_values=p)
@@ -71,19 +68,13 @@ def parser(runner, description):
 
 
 # The shared flags that decide what a run computes and how fast: what a program passes on to the runs it starts.
-RUN_FLAGS = ("config", "steps", "warmup_steps", "seed", "data_path", "intra_op_threads", "inter_op_threads")
+RUN_FLAGS = ("model", "config", "steps", "warmup_steps", "seed", "data_path", "intra_op_threads", "inter_op_threads")
 
 
 def passed_on(args, names=RUN_FLAGS):
     """`args`' values of the flags `names` as command-line flags ("--seed=1"), leaving out those not set (None,
     ""): how one program passes its flags on to another."""
     return [f"--{name}={getattr(args, name)}" for name in names if getattr(args, name) not in (None, "")]
-
-
-def model_config(args):
-    """The model configuration the flags name: --config's, with --batch_size's batch when given."""
-    config = configs.CONFIGS[args.config]
-    return dataclasses.replace(config, batch_size=args.batch_size) if args.batch_size else config
 
 
 def parse(flag_values, argv=None, positional=0):
@@ -116,6 +107,8 @@ def _check_run(args):
     if args.warmup_steps >= args.steps:
         raise UsageError(f"--warmup_steps={args.warmup_steps} must be smaller than --steps={args.steps}: "
                          "the throughput timer needs steps after the warm-up")
+    args.config = args.config or next(iter(models.load(args.model).CONFIGS))  # the model and its config exist
+    models.from_flags(args)
     if args.data_path and not os.path.exists(args.data_path):
         raise UsageError(f"--data_path: {args.data_path} does not exist")
     if not args.run_name or os.sep in args.run_name:

@@ -1,5 +1,5 @@
 """The synchronous protocol of the parameter-server runners: queues every task's graph shares by name, the
-collection of exactly one gradient per worker (or machine) per step, and the workers' LSTM states for the
+collection of exactly one gradient per worker (or machine) per step, and the workers' carried states for the
 chief's checkpoints and a resumed run."""
 import numpy as np
 
@@ -21,34 +21,38 @@ def start_gate(rank, num_workers):
 
 
 class CarriedState:
-    """The LSTM states the workers carry between steps, through queues on the first parameter server: the
-    chief's checkpoints hold every worker's rows (in worker order, which is row order), and in a resumed run
-    the chief hands every worker the step to continue from and its rows."""
+    """The state the workers carry between steps, through queues on the first parameter server: the chief's
+    checkpoints hold every worker's rows (in worker order, which is row order), and in a resumed run the chief
+    hands every worker the step to continue from and its rows. A model without state carries only the step."""
 
     def __init__(self, rank, num_workers, state_shape):
-        self.rank, self.num_workers = rank, num_workers
-        self.own = tf.compat.v1.placeholder(tf.float32, state_shape)
+        self.rank, self.num_workers, self.stateful = rank, num_workers, state_shape is not None
+        shape = state_shape or [0]
+        self.own = tf.compat.v1.placeholder(tf.float32, shape)
         states = [queue(f"state/worker{r}", [tf.float32], "/job:ps/task:0") for r in range(num_workers)]
-        self.send, self.gathered = states[rank].enqueue([self.own]), tf.concat([q.dequeue() for q in states], 1)
+        self.send, self.gathered = states[rank].enqueue([self.own]), tf.concat([q.dequeue() for q in states], 0)
         self.step = tf.compat.v1.placeholder(tf.int64, [])
-        self.rows = [tf.compat.v1.placeholder(tf.float32, state_shape) for _ in range(num_workers)]
+        self.rows = [tf.compat.v1.placeholder(tf.float32, shape) for _ in range(num_workers)]
         resumed = [queue(f"resume/worker{r}", [tf.int64, tf.float32], "/job:ps/task:0") for r in range(num_workers)]
         self.hand_out = [q.enqueue([self.step, rows]) for q, rows in zip(resumed, self.rows)]
         self.take = resumed[rank].dequeue()
 
     def gather(self, cluster, session, state):
-        """Every worker sends its rows; the chief gets every worker's (the others: None)."""
+        """Every worker sends its rows; the chief gets every worker's (the others, and without state: None)."""
+        if not self.stateful:
+            return None
         cluster.run(session, self.send, {self.own: state})
         return cluster.run(session, self.gathered) if self.rank == 0 else None
 
     def share(self, cluster, session, step, state):
         """The chief hands every worker `step` and its rows of the global `state`; every worker returns (step,
-        its rows)."""
+        its rows, or None without state)."""
         if self.rank == 0:
-            rows = np.split(state, self.num_workers, axis=1)
+            rows = np.split(state, self.num_workers, axis=0) if self.stateful else [np.zeros([0], np.float32)] * \
+                self.num_workers
             cluster.run(session, self.hand_out, {self.step: step, **dict(zip(self.rows, rows))})
         step, own = cluster.run(session, self.take, starting=True)
-        return int(step), own
+        return int(step), own if self.stateful else None
 
 
 def collect_gradients(parts, gradients, step, sender, num_senders, collect, device=None):

@@ -25,7 +25,7 @@ import socket
 import sys
 
 import harness
-from harness import data, flags, partition_search, results, runner_flags
+from harness import data, flags, models, partition_search, results, runner_flags
 from harness.checkpoints import Checkpoints
 from harness.tasks import Fault, Task, run_tasks
 from harness.experiments import SCRIPTS
@@ -33,7 +33,6 @@ from harness.starters import docker, mpirun, netns
 from harness.starters.local import LocalProcess
 from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
-import configs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,14 +41,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GLOO_TIMEOUT_SECONDS = 30
 
 
-def gloo_timeout_seconds(config, workers, link):
+def gloo_timeout_seconds(model, config, workers, link):
     """How long a Gloo collective may take before it fails: GLOO_TIMEOUT_SECONDS, and on an emulated link
     (--net) also twice the time rank 0 could take to broadcast every variable and one optimiser slot each to
     the other W - 1 ranks at the link's rate. Horovod's first collective is that broadcast, and on slow links it
     outlasts 30 s: lm1b-sparse's 0.4 GB to 5 ranks over 100 Mbit/s takes up to 2.7 minutes."""
     if link is None:
         return GLOO_TIMEOUT_SECONDS
-    variable_bytes = sum(4 * math.prod(shape) for shape in configs.variable_shapes(config).values())
+    variable_bytes = sum(4 * math.prod(v.shape) for v in model.variables(config).values())
     broadcast = 2 * variable_bytes * (workers - 1) * 8 / link.bits_per_second
     return GLOO_TIMEOUT_SECONDS + math.ceil(2 * broadcast)
 
@@ -226,7 +225,7 @@ def parse_flags(argv):
                      f"--worker_hosts={','.join(['127.0.0.1:1'] * args.workers)}"]
     args.runner_args = runner_flags.parse(SCRIPTS[args.architecture][:-3], "", args.runner_flags + (
         cluster_flags if args.architecture != "horovod" else []))
-    data.shard(flags.model_config(args.runner_args).batch_size, 0, args.workers)
+    data.shard(models.from_flags(args.runner_args)[1].batch_size, 0, args.workers)
     if args.runner_args.resume and not (args.hosts or args.slurm or args.docker):
         # The chief's checkpoints are on this machine: what keeps the run from resuming is said now, once.
         Checkpoints(args.runner_args, None, args.workers).resumable()
@@ -283,7 +282,8 @@ def run_job(args, starter):
                                  f"{os.getcwd()}: the results are read back from it, so run from a file system "
                                  f"every host shares")
     counter = starter.byte_counter()
-    gloo_timeout = gloo_timeout_seconds(flags.model_config(runner_args), args.workers, args.net)
+    model, config = models.from_flags(runner_args)
+    gloo_timeout = gloo_timeout_seconds(model, config, args.workers, args.net)
 
     def run(runner_flags, watch=None):
         return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter,
@@ -298,7 +298,7 @@ def run_job(args, starter):
             summary = results.read_json(results.summary_path(runner_args.results_dir, name), "summary")
             return summary["throughput"]["median_step_seconds"]
         best = partition_search.search(trial, runner_args.results_dir,
-                                       min(64, flags.model_config(runner_args).vocab_size))
+                                       min(64, max((v.shape or (1,))[0] for v in model.variables(config).values())))
         runner_flags = runner_flags + [f"--partitions={best}"]
     watchers = [watcher for watcher in (counter, args.fault) if watcher]
 

@@ -3,6 +3,9 @@ model, bench/traffic.py), workers grouped by machine, and the kind of each varia
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
+from harness.training import StepFeed  # noqa: E402
+from harness.variables import Params  # noqa: E402
+
 
 class GreedyBySize:
     """replica_device_setter's ps_strategy: each variable goes to the parameter server with the fewest bytes
@@ -38,11 +41,26 @@ def gradient_kinds(names, gradients):
             for name, g in zip(names, gradients)}
 
 
-def print_placement(runner, lm, kinds):
+def variable_kinds(model, config, seed, batches):
+    """{variable: "sparse" or "dense"} from the types of the model's gradients (Parallax's classification),
+    built once in a scratch graph."""
+    with tf.Graph().as_default():
+        params = Params(model, config, seed)
+        objective, _ = StepFeed(model, config, batches, slice(None)).loss(params, seed)
+        return gradient_kinds(params.variables, params.gradients(objective))
+
+
+def print_placement(runner, params, kinds):
     """The placement table: variable (or part), kind of gradient, shape, bytes, device."""
     print(f"[{runner}] placement:", flush=True)
-    for name, variable in zip(lm.variables, lm.variable_list):
+    for name, variable in params.variables.items():
         for part in tf.nest.flatten(variable):
             size = part.shape.num_elements() * part.dtype.size
             print(f"[{runner}]   {part.op.name:20s} {kinds[name]:6s} {str(part.shape.as_list()):12s} "
                   f"{size:>11,d} bytes  {part.device}", flush=True)
+
+
+def describe(params, kinds):
+    """{variable: {"shape", "kind"}}: what a run's summary records of the model's variables (the report's
+    figure reads it)."""
+    return {name: {"shape": list(spec.shape), "kind": kinds[name]} for name, spec in params.specs.items()}

@@ -1,12 +1,12 @@
 """Everything a run leaves behind, written by the chief (rank 0) only:
 
-    <results_dir>/<run_name>.jsonl        one line per step: step, loss, perplexity, learning_rate, grad_norm,
-                                          seconds, words_per_sec (written as the run goes)
+    <results_dir>/<run_name>.jsonl        one line per step: step, the model's metrics (loss, ...), grad_norm,
+                                          seconds, words_per_sec (the model's unit a second; as the run goes)
     <results_dir>/<run_name>.json         the summary: configuration, final loss, throughput, environment
                                           (written last, only when the run succeeded)
-    <results_dir>/tensorboard/<run_name>/ TensorBoard scalars every log_every steps: loss, perplexity,
-                                          grad_norm, words_per_sec (over those steps)
-    <ckpt_dir>/model.ckpt-<steps>.*       the final checkpoint, with model.py's variable names
+    <results_dir>/tensorboard/<run_name>/ TensorBoard scalars every log_every steps: the metrics, grad_norm,
+                                          words_per_sec (over those steps)
+    <ckpt_dir>/model.ckpt-<steps>.*       the final checkpoint, with the model's variable names
 
 The chief first removes the summary and the checkpoint an earlier run left at those paths
 (`remove_stale_outputs`, the first thing every runner's chief does), so a run that fails leaves nothing that
@@ -15,7 +15,6 @@ looks finished; parsing the flags removes nothing.
 import dataclasses
 import glob
 import json
-import math
 import os
 import time
 
@@ -23,15 +22,16 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import tensorflow as tf  # noqa: E402
 
 import harness
-from harness import environment, events, results
+from harness import environment, events, models, results
 from harness.timer import ThroughputTimer
 
 
 class Recorder:
-    def __init__(self, args, config, runner, num_workers, resumed_at=None):
+    def __init__(self, args, model, config, runner, num_workers, resumed_at=None):
         """`resumed_at`: the step a resumed run continues from; the steps before it stay in the steps log and
         in the throughput figures, and the warm-up is left out again after the restart."""
-        self.args, self.config, self.runner, self.num_workers = args, config, runner, num_workers
+        self.args, self.model, self.config, self.runner, self.num_workers = args, model, config, runner, num_workers
+        self.unit = models.unit(model)
         self.resumed_at = resumed_at
         os.makedirs(args.results_dir, exist_ok=True)
         os.makedirs(args.ckpt_dir, exist_ok=True)
@@ -44,13 +44,13 @@ class Recorder:
             os.path.join(args.results_dir, "tensorboard", args.run_name))
         measured_before = kept[args.warmup_steps:]
         warmup = self._warmup_after(resumed_at, measured_before)
-        self.timer = ThroughputTimer(warmup)
+        self.timer = ThroughputTimer(warmup, self.unit)
         # The step after which this start's measured steps begin: the byte window of a run resumed under NET=
         # covers the steps measured after the restart (the counters before it died with the killed launcher).
         self.measured_from = (resumed_at or 0) + max(warmup, 1)
         for record in measured_before:
             self.timer.keep(record["seconds"], record["words_per_sec"] * record["seconds"])
-        self.last_loss = None
+        self.last_metrics = None
         self.progress_seconds = self.progress_words = 0.0
         self.started = time.time()
 
@@ -71,13 +71,14 @@ class Recorder:
             if os.path.exists(path) else []
 
     def step(self, step, objective, seconds, words, **extra):
-        """Records one step. `objective` is model.loss's value for the global batch (cross-entropy summed over
-        the unrolled steps, averaged over rows); `seconds` the wall time of the whole loop iteration."""
-        loss = float(objective) / self.config.num_steps
-        self.last_loss = loss
+        """Records one step. `objective` is the model's loss of the global batch, `words` the units of
+        throughput it trained (models.unit: words or examples), `seconds` the wall time of the whole loop
+        iteration."""
+        metrics = models.metrics(self.model, self.config, objective)
+        self.last_metrics = metrics
         self.timer.record(seconds, words)
-        record = {"step": step, "loss": loss, "perplexity": _perplexity(loss), "seconds": seconds,
-                  "words_per_sec": words / seconds, **{k: float(v) for k, v in extra.items()}}
+        record = {"step": step, **metrics, "seconds": seconds, "words_per_sec": words / seconds,
+                  **{k: float(v) for k, v in extra.items()}}
         self.steps_log.write(json.dumps(record) + "\n")
         self.progress_seconds += seconds
         self.progress_words += words
@@ -85,9 +86,10 @@ class Recorder:
             # Progress and TensorBoard every log_every steps: per-step events would wake TensorBoard's
             # writer thread at every step, inside the timed loop.
             interval_rate = self.progress_words / self.progress_seconds
-            print(f"[{self.runner}] step {step + 1}/{self.args.steps}  loss {loss:.4f}  "
-                  f"perplexity {record['perplexity']:.1f}  {interval_rate:,.0f} words/sec", flush=True)
-            scalars = dict(loss=loss, perplexity=record["perplexity"], words_per_sec=interval_rate, **extra)
+            shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+            print(f"[{self.runner}] step {step + 1}/{self.args.steps}  {shown}  {interval_rate:,.0f} {self.unit}/sec",
+                  flush=True)
+            scalars = dict(**metrics, words_per_sec=interval_rate, **extra)
             self.tensorboard.add_summary(tf.compat.v1.Summary(value=[
                 tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]), step)
             self.steps_log.flush()
@@ -99,8 +101,8 @@ class Recorder:
         if step + 1 == self.args.steps:
             events.announce("measured_steps_end", after_step=step + 1)
 
-    def finish(self, session, saver, **extra):
-        """Writes the checkpoint, then the summary; returns the summary."""
+    def finish(self, session, saver, variables, **extra):
+        """Writes the checkpoint, then the summary (`variables`: placement.describe's); returns the summary."""
         prefix = saver.save(session, os.path.join(self.args.ckpt_dir, "model.ckpt"),
                             global_step=self.args.steps, write_meta_graph=False)
         self.steps_log.close()
@@ -109,22 +111,24 @@ class Recorder:
         summary = {
             "runner": self.runner,
             "run_name": self.args.run_name,
+            "model": self.model.NAME,
             "config": dataclasses.asdict(self.config),
+            "variables": variables,
             "seed": self.args.seed,
             "data": self.args.data_path or "synthetic",
             "steps": self.args.steps,
-            "final_loss": self.last_loss,
-            "final_perplexity": _perplexity(self.last_loss),
+            "final_loss": self.last_metrics["loss"],
+            "final_metrics": self.last_metrics,
             "checkpoint": prefix,
             "wall_seconds": time.time() - self.started,  # since the last start
             "resumed_at_step": self.resumed_at,
             "throughput": throughput,
             "peak_resident_bytes": harness.peak_resident_bytes(),  # this task's (the chief's)
-            "environment": environment.describe(self.args, self.config, self.num_workers),
+            "environment": environment.describe(self.args, self.model, self.config, self.num_workers),
             **extra,
         }
         results.write_json(self.summary_path, summary, "summary")
-        print(f"[{self.runner}] {throughput['median']:,.0f} words/sec median, central 68% "
+        print(f"[{self.runner}] {throughput['median']:,.0f} {self.unit}/sec median, central 68% "
               f"[{throughput['p16']:,.0f}, {throughput['p84']:,.0f}] over {throughput['measured_steps']} steps "
               f"after {throughput['warmup_steps']} warm-up; checkpoint {prefix}; results {self.summary_path}",
               flush=True)
@@ -141,6 +145,3 @@ def remove_stale_outputs(args):
         if os.path.isfile(stale):
             os.remove(stale)
 
-
-def _perplexity(loss):
-    return math.exp(min(loss, 700.0))  # exp overflows past ~709; a diverged run still gets a number

@@ -6,8 +6,7 @@ with exactly the description the runner scripts parse.
 """
 import socket
 
-from harness import UsageError, cluster_spec, data, flags
-import configs
+from harness import UsageError, cluster_spec, data, flags, models
 
 
 def reference(parser):
@@ -25,7 +24,7 @@ def resumable(parser):
 
 
 def check_reference(args):
-    data.shard(flags.model_config(args).batch_size, 0, args.emulate_workers)  # the workers must divide the batch
+    data.shard(models.from_flags(args)[1].batch_size, 0, args.emulate_workers)  # the workers must divide the batch
 
 
 def cluster(parser):
@@ -40,7 +39,7 @@ def cluster(parser):
                          flag_values=parser)
     flags.DEFINE_integer("partitions", 1, "parts each sparse variable is split into, by rows", lower_bound=1,
                          flag_values=parser)
-    flags.DEFINE_enum("partition_strategy", "mod", list(configs.PARTITION_STRATEGIES), "which rows each part "
+    flags.DEFINE_enum("partition_strategy", "mod", ["mod", "div"], "which rows each part "
                       "holds: mod, round robin (word i in part i % P, TensorFlow 1's default, which Parallax ran), "
                       "or div, contiguous ranges (TensorFlow 2's tf.nn.embedding_lookup)", flag_values=parser)
     flags.DEFINE_integer("timeout", 20, "seconds without progress after which a task looks for a dead task and exits",
@@ -54,11 +53,7 @@ def check_cluster(args):
     tasks = args.ps_hosts if args.job_name == "ps" else args.worker_hosts
     if args.task_index >= len(tasks):
         raise UsageError(f"--task_index={args.task_index}: there are only {len(tasks)} {args.job_name} tasks")
-    config = flags.model_config(args)
-    data.shard(config.batch_size, 0, len(args.worker_hosts))
-    if args.partitions > config.vocab_size:
-        raise UsageError(f"--partitions={args.partitions}: more parts than the {config.vocab_size:,} rows of a "
-                         f"{config.name} table")
+    data.shard(models.from_flags(args)[1].batch_size, 0, len(args.worker_hosts))
     for flag, addresses in (("--ps_hosts", args.ps_hosts), ("--worker_hosts", args.worker_hosts)):
         for host in {address.rsplit(":", 1)[0] for address in addresses}:
             try:

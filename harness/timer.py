@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 
-def throughput_summary(step_seconds, step_words):
+def throughput_summary(step_seconds, step_words, unit="words"):
     """Statistics of words/sec over measured steps (warm-up already removed).
 
     median and the central 68% interval [p16, p84] of the per-step rates (the cosmoGAN benchmark's table);
@@ -16,7 +16,7 @@ def throughput_summary(step_seconds, step_words):
     mean = float(np.mean(rates))
     half_width = 1.96 * float(np.std(rates, ddof=1)) / math.sqrt(n) if n > 1 else None
     return {
-        "unit": "words/sec",
+        "unit": f"{unit}/sec",
         "measured_steps": n,
         "median": float(np.median(rates)),
         "p16": float(np.percentile(rates, 16)),
@@ -32,8 +32,8 @@ class ThroughputTimer:
     """Collects (seconds, words) per step and leaves out the first `warmup_steps`: the first steps of a
     TensorFlow run include graph optimisation, memory allocation and connection set-up."""
 
-    def __init__(self, warmup_steps):
-        self.warmup_steps = warmup_steps
+    def __init__(self, warmup_steps, unit="words"):
+        self.warmup_steps, self.unit = warmup_steps, unit
         self.steps_seen = 0
         self.seconds = []
         self.words = []
@@ -52,4 +52,4 @@ class ThroughputTimer:
     def summary(self):
         if not self.seconds:
             return None
-        return dict(throughput_summary(self.seconds, self.words), warmup_steps=self.warmup_steps)
+        return dict(throughput_summary(self.seconds, self.words, self.unit), warmup_steps=self.warmup_steps)

@@ -6,12 +6,13 @@ import numpy as np
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
-import configs
+from harness import models
+from harness.variables import StepRandom
 
 
 def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None):
     """Runs steps `first_step` (a resumed run's) to `steps` - 1: `run_step(step, state)` runs one and returns
-    (the LSTM state to carry into the next, the objective, the words trained, {more to record}); the first
+    (the state to carry into the next, the objective, the words trained, {more to record}); the first
     step gets `state` (None: zeros). `record(step, objective, seconds, words, **more)` (the chief's
     Recorder.step; None on other tasks) gets each step with the wall time of the whole iteration, the step's
     session.run and the loop's own work together; then `after_step(steps done, state)` (periodic checkpoints)."""
@@ -27,41 +28,42 @@ def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None
 
 
 class StepFeed:
-    """Rows `rows` (a slice of the global batch) of step t: the inputs, the targets, the LSTM state carried
-    from step t-1 (zero at the start of every epoch), the step (it seeds dropout) and the learning rate."""
+    """Rows `rows` (a slice of the global batch) of step t, as placeholders: the inputs, the state carried from
+    step t-1 (zeros at the start of every epoch; None for a model without state), the step; and the learning
+    rate of the step, from the model's schedule."""
 
-    def __init__(self, config, batches, rows):
-        self.config, self.batches, self.rows = config, batches, rows
-        num_rows = len(range(config.batch_size)[rows])
-        self.inputs = tf.compat.v1.placeholder(tf.int32, [num_rows, config.num_steps], "inputs")
-        self.targets = tf.compat.v1.placeholder(tf.int32, [num_rows, config.num_steps], "targets")
-        self.state_shape = configs.state_shape(config, num_rows)
-        self.initial_state = tf.compat.v1.placeholder(tf.float32, self.state_shape, "initial_state")
+    def __init__(self, model, config, batches, rows):
+        self.model, self.config, self.batches, self.rows = model, config, batches, rows
+        self.fed = range(config.batch_size)[rows]
+        self.inputs = tuple(tf.compat.v1.placeholder(tf.as_dtype(a.dtype), [len(self.fed), *a.shape[1:]],
+                                                     f"input_{i}") for i, a in enumerate(batches(0)))
+        shape = models.state_shape(model, config)
+        self.state_shape = None if shape is None else [len(self.fed), *shape]
+        self.initial_state = None if shape is None else tf.compat.v1.placeholder(tf.float32, self.state_shape,
+                                                                                  "initial_state")
         self.step = tf.compat.v1.placeholder(tf.int64, [], "step")
-        self.learning_rate = tf.compat.v1.placeholder(tf.float32, [], "learning_rate")
+        self.learning_rate = model.update_rule(config).learning_rate(self.step, self.step // batches.epoch_size)
 
-    def loss(self, lm, seed, shard=None):
-        """lm.loss of the global batch's rows `shard` (default: every fed row) at this step, with the step's
-        dropout masks and sampled candidates, both drawn from (seed, step) alone: a row gets the same masks
-        whichever worker computes it. Returns (loss, final_state)."""
-        fed = range(self.config.batch_size)[self.rows]
-        rows = fed if shard is None else range(self.config.batch_size)[shard]
-        inputs, targets, state = self.inputs, self.targets, self.initial_state
-        if rows != fed:  # run.py's emulated workers: a shard of the fed rows
-            local = slice(rows.start - fed.start, rows.stop - fed.start)
-            inputs, targets, state = inputs[local], targets[local], state[:, local]
-        return lm.loss(inputs, targets, state, lm.dropout_masks(seed, self.step, slice(rows.start, rows.stop)),
-                       lm.sampled_candidates(seed, self.step))
+    def loss(self, params, seed, shard=None):
+        """The model's loss of the global batch's rows `shard` (default: every fed row) at this step, its
+        randomness keyed by (seed, step). Returns (objective, the rows' new state); for a model without state,
+        an op in its place, whose fetched value is None."""
+        rows = self.fed if shard is None else range(self.config.batch_size)[shard]
+        local = slice(rows.start - self.fed.start, rows.stop - self.fed.start)
+        inputs, state = self.inputs, self.initial_state
+        if rows != self.fed:  # run.py's emulated workers: a shard of the fed rows
+            inputs, state = tuple(x[local] for x in inputs), None if state is None else state[local]
+        random = StepRandom(seed, self.step, slice(rows.start, rows.stop), self.config.batch_size)
+        if state is None:
+            return self.model.loss(self.config, params, inputs, random), tf.no_op()
+        return self.model.loss(self.config, params, inputs, random, state)
 
     def __call__(self, step, state):
-        """The feed dict of `step`; `state` is the final state fetched at step - 1 (None at the first step)."""
-        inputs, targets = self.batches(step)
-        if state is None or self.batches.starts_epoch(step):
-            state = np.zeros(self.state_shape, np.float32)
-        return {
-            self.inputs: inputs[self.rows],
-            self.targets: targets[self.rows],
-            self.initial_state: state,
-            self.step: step,
-            self.learning_rate: configs.learning_rate(self.config, self.batches.epoch(step)),
-        }
+        """The feed dict of `step`; `state` is the state fetched at step - 1 (None at the first step)."""
+        feed = dict(zip(self.inputs, [a[self.rows] for a in self.batches(step)]))
+        feed[self.step] = step
+        if self.initial_state is not None:
+            if state is None or step % self.batches.epoch_size == 0:
+                state = np.zeros(self.state_shape, np.float32)
+            feed[self.initial_state] = state
+        return feed

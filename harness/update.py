@@ -1,0 +1,175 @@
+"""Update rules (`Rule`: an optimizer, a learning-rate schedule, clipping) applied to the gradient of the
+global batch, and the one documented order in which W workers' gradients combine into it.
+
+The rule runs in three stages (`prepare_gradient`, `clip_scale`, `apply_gradient`) so that an architecture
+can run them in different places (run_parallax.py: sparse variables on the parameter servers, dense ones on
+every worker); `update` composes them. Every stage gives the same bits for a sparse gradient and for the same
+gradient densified, and for any partitioning of a variable, which is what lets the runners agree bit for bit.
+"""
+import dataclasses
+from typing import Callable
+
+from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+import tensorflow as tf  # noqa: E402
+
+from harness.variables import deduplicate, join_rows  # noqa: E402
+
+
+class SGD:
+    """var -= lr * g."""
+    slots = ()
+
+    def apply(self, part, slots, g, learning_rate, step):
+        if isinstance(g, tf.IndexedSlices):
+            return [part.scatter_sub(tf.IndexedSlices(learning_rate * g.values, g.indices, g.dense_shape))]
+        return [part.assign_sub(learning_rate * g)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Adagrad:
+    """acc += g * g; var -= lr * g / sqrt(acc); a sparse gradient updates its rows only. Not TensorFlow's fused
+    kernels: they compute 1/sqrt(acc) approximately, and their dense and sparse kernels round it differently."""
+    initial_accumulator: float = 0.1
+
+    @property
+    def slots(self):
+        return (("Adagrad", self.initial_accumulator),)
+
+    def apply(self, part, slots, g, learning_rate, step):
+        (accumulator,) = slots
+        if isinstance(g, tf.IndexedSlices):
+            accumulated = tf.gather(accumulator, g.indices) + g.values * g.values
+            return [accumulator.scatter_update(tf.IndexedSlices(accumulated, g.indices, g.dense_shape)),
+                    part.scatter_sub(tf.IndexedSlices(learning_rate * g.values / tf.sqrt(accumulated), g.indices,
+                                                      g.dense_shape))]
+        accumulated = accumulator + g * g
+        return [accumulator.assign(accumulated), part.assign_sub(learning_rate * g / tf.sqrt(accumulated))]
+
+
+@dataclasses.dataclass(frozen=True)
+class Adam:
+    """Kingma and Ba's Adam with bias correction from the step. A sparse gradient updates EVERY row (its
+    untouched rows as zeros), as TensorFlow's Adam does: the moments of every row decay each step."""
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+
+    slots = (("Adam", 0.0), ("Adam_1", 0.0))
+
+    def apply(self, part, slots, g, learning_rate, step):
+        m, v = slots
+        if isinstance(g, tf.IndexedSlices):  # each row once: 0 + g is g, the bits of the densified gradient
+            g = tf.math.unsorted_segment_sum(g.values, g.indices, part.shape[0])
+        t = tf.cast(step, tf.float32) + 1.0
+        m_new = self.beta1 * m + (1.0 - self.beta1) * g
+        v_new = self.beta2 * v + (1.0 - self.beta2) * g * g
+        rate = learning_rate * tf.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
+        return [m.assign(m_new), v.assign(v_new), part.assign_sub(rate * m_new / (tf.sqrt(v_new) + self.epsilon))]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """How the gradient of the global batch updates the variables."""
+    optimizer: object
+    learning_rate: Callable  # (step, epoch), int64 tensors -> the rate, a float32 tensor
+    clip_norm: float = 0.0   # clip the `clipped` gradients' global norm to this; 0: no clipping
+    clipped: Callable = lambda name: True  # the variables whose norm is the step's global norm
+    scale: dict = dataclasses.field(default_factory=dict)  # {name: factor}: a variable's gradient times factor
+
+
+def average_worker_gradients(per_worker):
+    """The gradient of the global batch from W workers' gradients (W lists structured as variable_list): dense
+    ones summed in worker order times 1/W (Horovod's allreduce with op=Average), sparse ones concatenated in
+    worker order with their values divided by W (Horovod's allgather). With W = 2 every reduction is one
+    commutative addition and halving is exact, so any correct 2-worker run matches this bit for bit."""
+    num_workers = len(per_worker)
+    averaged = []
+    for grads in zip(*[tf.nest.flatten(gradients) for gradients in per_worker]):
+        if isinstance(grads[0], tf.IndexedSlices):
+            averaged.append(concatenate_slices(grads, num_workers))
+        else:
+            total = grads[0]
+            for g in grads[1:]:
+                total = total + g
+            averaged.append(total * (1.0 / num_workers))
+    return tf.nest.pack_sequence_as(per_worker[0], averaged)
+
+
+def concatenate_slices(slices, divisor=1):
+    """tf.IndexedSlices of one variable, their rows concatenated in order, the values divided by `divisor`."""
+    values = tf.concat([g.values for g in slices], 0)
+    return tf.IndexedSlices(values / divisor if divisor != 1 else values, tf.concat([g.indices for g in slices], 0),
+                            slices[0].dense_shape)
+
+
+def update(params, gradients, learning_rate, step):
+    """The rule applied to the gradient of the global batch (structured as params.variable_list). Returns
+    (train_op, the global norm of the clipped variables' gradients, before clipping)."""
+    names = list(params.variables)
+    prepared, squares = zip(*[prepare_gradient(params, name, g) for name, g in zip(names, gradients)])
+    global_norm, scale = clip_scale(params.rule, squares)
+    return tf.group(*[apply_gradient(params, name, g, scale, learning_rate, step)
+                      for name, g in zip(names, prepared)]), global_norm
+
+
+def _row_squares(values):
+    """The sum of squares of each row (of each element, for a vector)."""
+    return tf.reduce_sum(tf.square(values), axis=list(range(1, values.shape.rank)))
+
+
+def prepare_gradient(params, name, gradient):
+    """(the gradient of each part, dense or tf.IndexedSlices with each row once; the variable's squared norm,
+    or None when the rule leaves it out of the global norm).
+
+    The squared norm sums one number per row in the whole variable's row order (0 for an untouched row), so
+    sparse and dense gradients and any partitioning give it the same bits."""
+    partitioned = name in params.partitioned
+    parts, gradients = (params.variables[name], gradient) if partitioned else ([params.variables[name]], [gradient])
+    prepared, row_squares, norm_needed = [], [], params.rule.clipped(name)
+    for part, g in zip(parts, gradients):
+        with tf.device(part.device):
+            if isinstance(g, tf.IndexedSlices):
+                g = deduplicate(g)
+                if norm_needed:
+                    row_squares.append(tf.math.unsorted_segment_sum(_row_squares(g.values), g.indices,
+                                                                    part.shape[0]))
+            elif norm_needed:
+                row_squares.append(_row_squares(g) if g.shape.rank else tf.reshape(tf.square(g), [1]))
+            prepared.append(g)
+    if not norm_needed:
+        return prepared, None
+    # Summed where the variable lives: a sparse variable's vector is as long as its rows.
+    with tf.device(parts[0].device):
+        return prepared, tf.reduce_sum(join_rows(row_squares, params.strategy))
+
+
+def clip_scale(rule, squares):
+    """(global norm, the factor that clips it to clip_norm) from the squared norms (None for variables outside
+    it), added in the model's order, left to right (unlike add_n, whose order is the kernel's)."""
+    squares = [square for square in squares if square is not None]
+    total = squares[0]
+    for square in squares[1:]:
+        total = total + square
+    global_norm = tf.sqrt(total)
+    if not rule.clip_norm:
+        return global_norm, 1.0
+    return global_norm, rule.clip_norm / tf.maximum(global_norm, rule.clip_norm)
+
+
+def apply_gradient(params, name, gradients, scale, learning_rate, step):
+    """The rule's update of variable `name` from its prepared gradients (one per part), each part on its own
+    device, the gradient first multiplied by the clipping factor and the rule's scale of the variable."""
+    rule = params.rule
+    factor = scale if rule.clipped(name) else None
+    if name in rule.scale:
+        factor = float(rule.scale[name]) if factor is None else factor * float(rule.scale[name])
+    parts = tf.nest.flatten(params.variables[name])
+    slots = [tf.nest.flatten(params.slots[name][slot]) for slot, _ in rule.optimizer.slots]
+    updates = []
+    for index, (part, g) in enumerate(zip(parts, gradients)):
+        with tf.device(part.device):
+            if factor is not None:
+                g = tf.IndexedSlices(g.values * factor, g.indices, g.dense_shape) \
+                    if isinstance(g, tf.IndexedSlices) else g * factor
+            updates += rule.optimizer.apply(part, [s[index] for s in slots], g, learning_rate, step)
+    return tf.group(*updates)

@@ -1,0 +1,250 @@
+"""A model's variables in a graph (`Params`), with initial values keyed by (seed, name), sparse variables split
+by rows into parts, the update rule's slots beside them and checkpoints of whole tables; and the randomness
+of a step (`StepRandom`), keyed by (seed, step) so that sharding the batch cannot change it.
+
+A model declares its variables as data (harness/models.py):
+
+    def variables(config):
+        return {"embedding": Variable([config.vocab_size, 64], uniform(0.1)),
+                "bias": Variable([64], constant(0.0))}
+"""
+import dataclasses
+import math
+import zlib
+
+from harness import UsageError, determinism  # noqa: F401  (determinism before TensorFlow: it fixes its kernels)
+import tensorflow as tf  # noqa: E402
+from tensorflow.python.training.saving import saveable_object  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """A variable's shape and its initializer: an elementwise function of uniform [0, 1) numbers."""
+    shape: tuple
+    initializer: object
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
+
+
+def uniform(scale):
+    """Uniform in [-scale, scale] (ptb_word_lm's initializer)."""
+    return lambda u: u * (2 * scale) - scale
+
+
+def glorot_uniform(fan_in, fan_out):
+    """Glorot and Bengio's uniform initializer (Keras's default)."""
+    return uniform(math.sqrt(6.0 / (fan_in + fan_out)))
+
+
+def normal(stddev):
+    """Normal with this standard deviation, by the inverse of the normal CDF (u never reaches 0 or 1)."""
+    return lambda u: tf.math.ndtri(u + 2.0 ** -24) * stddev
+
+
+def constant(value):
+    """Every element `value`."""
+    return lambda u: tf.zeros_like(u) + value
+
+
+def part_rows(num_rows, partitions, strategy):
+    """The rows of the whole variable that each of its parts holds, in the part's own order, as ranges.
+
+    "mod" (TensorFlow 1's default for a list of shards, which Parallax ran): row i is row i // P of part i % P,
+    so a frequency-sorted vocabulary's frequent words are spread over every part. "div" (TensorFlow 2's
+    tf.nn.embedding_lookup): contiguous ranges, the first num_rows % P parts one row longer."""
+    if strategy == "mod":
+        return [range(p, num_rows, partitions) for p in range(partitions)]
+    sizes = [num_rows // partitions + (1 if p < num_rows % partitions else 0) for p in range(partitions)]
+    starts = [sum(sizes[:p]) for p in range(partitions + 1)]
+    return [range(starts[p], starts[p + 1]) for p in range(partitions)]
+
+
+def join_rows(parts, strategy):
+    """The whole value from its parts' values (tensors with static shapes), rows in the whole's order."""
+    if len(parts) == 1:
+        return parts[0]
+    if strategy == "div":
+        return tf.concat(parts, 0)
+    total, longest = sum(p.shape[0] for p in parts), parts[0].shape[0]
+    padded = [tf.pad(p, [[0, longest - p.shape[0]]] + [[0, 0]] * (p.shape.rank - 1)) for p in parts]
+    # Row j of part p is row j * P + p: stacking the parts on a new second axis interleaves them.
+    return tf.reshape(tf.stack(padded, 1), [-1, *parts[0].shape[1:]])[:total]
+
+
+def split_rows(whole, rows_of_parts):
+    """The inverse of join_rows: each part's rows (`rows_of_parts`, from part_rows) of the whole value."""
+    return [whole[rows.start:rows.stop:rows.step] for rows in rows_of_parts]
+
+
+_PHILOX = 1  # tf.random.Algorithm.PHILOX: a counter-based generator, 4 numbers per counter value
+
+
+def initial_value(variable, seed, name, rows=None):
+    """Rows `rows` (a range; default all) of a variable's initial value: its initializer applied to uniform
+    numbers from a stateless generator keyed by (seed, crc32 of the name).
+
+    Element k of the whole row-major value is number k % 4 of the Philox block at counter k // 4, so a part
+    holds exactly its rows of the whole value, and no process builds more than its own rows."""
+    shape = variable.shape or (1,)
+    rows = range(shape[0]) if rows is None else rows
+    row_size = math.prod(shape[1:])
+    key, _ = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.constant([seed, zlib.crc32(name.encode())], tf.int64))
+    if rows.step == 1:
+        block, skip = divmod(rows.start * row_size, 4)
+        uniform_ = tf.raw_ops.StatelessRandomUniformV2(shape=[skip + len(rows) * row_size], key=key,
+                                                       counter=tf.constant([block, 0], tf.uint64), alg=_PHILOX)
+        uniform_ = uniform_[skip:]
+    else:
+        first = tf.range(rows.start, rows.stop, rows.step, dtype=tf.int64) * row_size  # each row's first element
+        blocks_per_row = (3 + row_size + 3) // 4  # a row starts anywhere in a block of 4
+        blocks = first[:, None] // 4 + tf.range(blocks_per_row, dtype=tf.int64)
+        numbers = tf.reshape(_philox_uniform(key, blocks), [len(rows), 4 * blocks_per_row])
+        uniform_ = tf.gather(numbers, first[:, None] % 4 + tf.range(row_size, dtype=tf.int64), batch_dims=1)
+    values = variable.initializer(tf.reshape(uniform_, [len(rows), *shape[1:]]))
+    return tf.reshape(values, variable.shape) if not variable.shape else values
+
+
+def _philox_uniform(key, blocks):
+    """What StatelessRandomUniformV2 gives at counters `blocks` (int64) with `key`: 4 floats in [0, 1) per
+    block, with TensorFlow's Philox-4x32-10 (tensorflow/core/lib/random/philox_random.h) and its float
+    conversion (random_distributions.h), so that any set of blocks can be drawn."""
+    u32, u64 = tf.uint32, tf.uint64
+
+    def low_high(x):
+        return tf.cast(x & tf.constant(0xFFFFFFFF, u64), u32), tf.cast(tf.bitwise.right_shift(x, tf.constant(32, u64)), u32)
+
+    key0, key1 = low_high(tf.cast(key[0], u64))
+    c0, c1 = low_high(tf.cast(blocks, u64))
+    c2 = c3 = tf.zeros_like(c0)
+    for round_ in range(10):
+        lo0, hi0 = low_high(tf.constant(0xD2511F53, u64) * tf.cast(c0, u64))
+        lo1, hi1 = low_high(tf.constant(0xCD9E8D57, u64) * tf.cast(c2, u64))
+        c0, c1, c2, c3 = hi1 ^ c1 ^ key0, lo1, hi0 ^ c3 ^ key1, lo0
+        if round_ < 9:
+            key0, key1 = key0 + tf.constant(0x9E3779B9, u32), key1 + tf.constant(0xBB67AE85, u32)
+    words = tf.stack([c0, c1, c2, c3], axis=-1)
+    return tf.bitcast((words & tf.constant(0x7FFFFF, u32)) | tf.constant(0x3F800000, u32), tf.float32) - 1.0
+
+
+class Params:
+    """A model's variables, created in the current device scope, and the update rule's slots beside each.
+    The variables named in `partitioned` are split by rows into `partitions` parts (part_rows)."""
+
+    def __init__(self, model, config, seed, partitioned=(), partitions=1, strategy="mod"):
+        self.config, self.strategy = config, strategy
+        self.rule = model.update_rule(config)
+        self.specs = model.variables(config)
+        self.partitioned = tuple(partitioned) if partitions > 1 else ()
+        self.variables, self.slots = {}, {}
+        for name, spec in self.specs.items():
+            if name in self.partitioned:
+                if partitions > spec.shape[0]:
+                    raise UsageError(f"--partitions={partitions}: more parts than the {spec.shape[0]:,} rows of {name}")
+                self.variables[name] = [_variable(f"{name}/part_{p}", spec, seed, name, rows) for p, rows in
+                                        enumerate(part_rows(spec.shape[0], partitions, strategy))]
+            else:
+                self.variables[name] = _variable(name, spec, seed, name, None)
+            self.slots[name] = {}
+            for slot, value in self.rule.optimizer.slots:
+                parts = []
+                for part in tf.nest.flatten(self.variables[name]):
+                    # Beside its variable: device(None) drops the caller's device functions (a parameter-server
+                    # placement would otherwise place it, and count it, as a variable of its own).
+                    with tf.compat.v1.device(None), tf.compat.v1.device(part.device):
+                        parts.append(tf.compat.v1.get_variable(f"{part.op.name}/{slot}", part.shape, tf.float32,
+                                                               tf.compat.v1.constant_initializer(value),
+                                                               trainable=False))
+                self.slots[name][slot] = parts if isinstance(self.variables[name], list) else parts[0]
+
+    def __getitem__(self, name):
+        """The whole value of a variable, read once (its gradient is dense)."""
+        variable = self.variables[name]
+        if isinstance(variable, list):
+            return join_rows([part.read_value() for part in variable], self.strategy)
+        return tf.identity(variable)
+
+    def gather(self, name, ids):
+        """Rows `ids` of a variable, each from the part that holds it (its gradient is tf.IndexedSlices)."""
+        return tf.compat.v1.nn.embedding_lookup(self.variables[name], ids, partition_strategy=self.strategy)
+
+    @property
+    def variable_list(self):
+        """The variables in the model's order; a partitioned one is the list of its parts."""
+        return list(self.variables.values())
+
+    def state(self, names=None):
+        """Every variable (part) and slot of `names` (default: all): what initialising, broadcasting or
+        checkpointing them covers."""
+        names = list(self.variables) if names is None else names
+        return tf.nest.flatten([[self.variables[n], list(self.slots[n].values())] for n in names])
+
+    def gradients(self, objective):
+        """One worker's gradients, structured as `variable_list`; a sparse one (tf.IndexedSlices) with one row
+        per distinct index, summed in order, so every architecture only adds up one row per worker."""
+        flat = tf.nest.flatten(self.variable_list)
+        # Not colocated with the forward ops: the gradient of a gather from a parameter server would be reshaped
+        # on that server, and the rows' gradient would travel there and back before being sent for real.
+        raw = tf.compat.v1.gradients(objective, flat, colocate_gradients_with_ops=False)
+        missing = [v.op.name for v, g in zip(flat, raw) if g is None]
+        if missing:
+            raise ValueError(f"the loss does not depend on {', '.join(missing)}")
+        gradients = [deduplicate(g) if isinstance(g, tf.IndexedSlices) else g for g in raw]
+        return tf.nest.pack_sequence_as(self.variable_list, gradients)
+
+    def saver(self):
+        """A Saver of whole tables by the model's names (a slot as "<name>/<slot>"), so that a checkpoint
+        depends neither on the partitioning nor on the strategy."""
+        saved = []
+        for name, variable in self.variables.items():
+            for kind, value in [("", variable), *[(f"/{slot}", v) for slot, v in self.slots[name].items()]]:
+                saved.append(_WholeTable(value, self.strategy, name + kind) if isinstance(value, list) else value)
+        return tf.compat.v1.train.Saver(saved)
+
+
+def _variable(variable_name, spec, seed, name, rows):
+    rows_shape = list(spec.shape) if rows is None else [len(rows), *spec.shape[1:]]
+    return tf.compat.v1.get_variable(variable_name, rows_shape, tf.float32,
+                                     lambda *_, **__: initial_value(spec, seed, name, rows))
+
+
+def deduplicate(slices):
+    """The same tf.IndexedSlices with each index once, rows summed in order of appearance."""
+    unique_indices, position = tf.unique(slices.indices)
+    values = tf.math.unsorted_segment_sum(slices.values, position, tf.shape(unique_indices)[0])
+    return tf.IndexedSlices(values, unique_indices, slices.dense_shape)
+
+
+class StepRandom:
+    """The randomness of one step of rows `rows` (a slice of the global batch of `batch_size` rows), keyed by
+    (seed, step, name): a row gets the same numbers whichever worker computes it."""
+
+    def __init__(self, seed, step, rows, batch_size):
+        self.key = tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)])
+        self.rows_, self.batch_size = rows, batch_size
+
+    def _key(self, name):
+        return tf.random.experimental.stateless_fold_in(self.key, zlib.crc32(name.encode()))
+
+    def rows(self, name, shape, dtype=tf.float32):
+        """Uniform [0, 1) numbers of shape [rows, *shape]: drawn for the whole global batch, then sliced."""
+        return tf.random.stateless_uniform([self.batch_size, *shape], self._key(name), dtype=dtype)[self.rows_]
+
+    def shared(self, name, shape, dtype=tf.float32):
+        """Uniform [0, 1) numbers of `shape`, the same for every worker."""
+        return tf.random.stateless_uniform(list(shape), self._key(name), dtype=dtype)
+
+
+class _WholeTable(saveable_object.SaveableObject):
+    """A partitioned variable in a checkpoint as one tensor, its parts joined in row order; restoring splits it
+    back."""
+
+    def __init__(self, parts, strategy, name):
+        self.parts, self.strategy = parts, strategy
+        whole = join_rows([part.read_value() for part in parts], strategy)
+        super().__init__(whole, [saveable_object.SaveSpec(whole, "", name)], name)
+
+    def restore(self, restored_tensors, restored_shapes):
+        rows = split_rows(restored_tensors[0], part_rows(sum(part.shape[0] for part in self.parts),
+                                                         len(self.parts), self.strategy))
+        return tf.group(*[part.assign(value) for part, value in zip(self.parts, rows)])
