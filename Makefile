@@ -9,7 +9,8 @@
 # make report   report/report.pdf from what make verify and make bench left in RESULTS
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
-#   CONFIG    model configuration: tiny, small, medium, lm1b (lm1b-tiny for tests)
+#   MODEL     the model: lstm (default), transformer, or a path to your model file (docs/your-model.md)
+#   CONFIG    the model's configuration (default: its first; lstm: small, tiny, medium, lm1b, ...)
 #   STEPS     training steps
 #   WARMUP    first steps left out of the throughput figures
 #   SEED      fixes the initial parameters, the synthetic corpus and the dropout masks
@@ -28,7 +29,8 @@
 #             BENCH=crossover: where the hybrid overtakes allgather (lm1b-sparse, W = 2, 4, 6, 8)
 #   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)
-CONFIG   ?= small
+MODEL    ?= lstm
+CONFIG   ?=
 STEPS    ?= 300
 WARMUP   ?= 50
 SEED     ?= 1
@@ -53,7 +55,7 @@ given = $(if $(filter command line environment,$(origin $(1))),$(2))
 
 SHELL  := /bin/bash
 PYTHON := .venv/bin/python
-RUN_FLAGS = --config=$(CONFIG) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=$(SEED) \
+RUN_FLAGS = --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=$(SEED) \
             $(if $(DATA),--data_path=$(DATA))
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume)
@@ -106,7 +108,7 @@ verify: setup
 # BENCH=crossover: allgather against the hybrid at W = 2-8 on lm1b-sparse (results/bench-crossover.jsonl).
 bench: setup
 	$(if $(HOSTS),$(error HOSTS=: make bench emulates its machines on this one))
-	$(PYTHON) -m bench.run --net=$(or $(NET),100mbit) $(call given,CONFIG,--configs=$(CONFIG)) \
+	$(PYTHON) -m bench.run --net=$(or $(NET),100mbit) --model=$(MODEL) $(if $(CONFIG),--configs=$(CONFIG)) \
 	    $(call given,WORKERS,--workers=$(WORKERS)) $(call given,PS,--ps=$(PS)) $(if $(DELAY),--delay=$(DELAY)) \
 	    $(call given,STEPS,--steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
 	    $(call given,SEED,--seed=$(SEED)) $(if $(DATA),--data_path=$(DATA)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \

@@ -279,7 +279,7 @@ def report(args, runs, pairs, passed):
     causes = sorted({p["cause"] for p in pairs if p["cause"]})
     for cause in causes:
         print(f"  why not identical: {cause}")
-    print("\nthroughput (words/sec, median [central 68%], after the warm-up):")
+    print(f"\nthroughput ({runs[0]['throughput']['unit']}, median [central 68%], after the warm-up):")
     for r in runs:
         t = r["throughput"]
         print(f"  {r['name']:14s} {t['median']:10,.0f}  [{t['p16']:,.0f}, {t['p84']:,.0f}]")

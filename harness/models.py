@@ -97,6 +97,11 @@ def from_flags(args):
     return model, config(model, args.config, args.batch_size)
 
 
+def description(model):
+    """The first paragraph of the model file's docstring, on one line."""
+    return " ".join((model.__doc__ or model.NAME).strip().split("\n\n")[0].split())
+
+
 def state_shape(model, config):
     """The state one row carries, or None for a model without state."""
     return list(model.state_shape(config)) if hasattr(model, "state_shape") else None

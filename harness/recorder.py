@@ -112,6 +112,7 @@ class Recorder:
             "runner": self.runner,
             "run_name": self.args.run_name,
             "model": self.model.NAME,
+            "model_description": models.description(self.model),
             "config": dataclasses.asdict(self.config),
             "variables": variables,
             "seed": self.args.seed,

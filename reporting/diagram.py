@@ -1,13 +1,12 @@
 """The figure of where each architecture keeps the variables and what crosses which link in one step.
 
-Sizes come from the config recorded in the runs' summaries, through configs.py's own table of variables
-(so a new config, or a new variable, is drawn as the runners build it)."""
+Sizes come from the variables a run's summary records (their shapes and the kinds of their gradients), so any
+model is drawn as the runners built it."""
 import dataclasses
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch
 
-import configs
 from reporting import blocks, palette
 from reporting.plots import _save
 
@@ -18,23 +17,21 @@ BYTES_PER_FLOAT = 4
 class Sizes:
     config: str
     dense_bytes: int        # all dense variables: what an allreduce or a PS round trip moves per worker
-    sparse_bytes: int       # all sparse variables (the embedding; with a sampled softmax, the softmax too)
+    sparse_bytes: int       # all sparse variables
     row_bytes: int          # one row of a sparse variable: what a looked-up word costs
     sparse_names: tuple
 
 
-def sizes(config_record):
-    """Sizes of the variables of the config a summary recorded, or None when configs.py no longer knows it."""
-    try:
-        config = configs.Config(**config_record)
-    except TypeError:
+def sizes(summary):
+    """Sizes of the variables a run's summary records, or None when it records none."""
+    variables = summary.get("variables")
+    if not variables:
         return None
-    shapes = configs.variable_shapes(config)
-    count = {name: _product(shape) for name, shape in shapes.items()}
-    sparse = configs.sparse_variables(config)
-    return Sizes(config.name, BYTES_PER_FLOAT * sum(n for name, n in count.items() if name not in sparse),
+    count = {name: _product(v["shape"]) for name, v in variables.items()}
+    sparse = tuple(name for name, v in variables.items() if v["kind"] == "sparse")
+    return Sizes(summary["config"]["name"], BYTES_PER_FLOAT * sum(n for name, n in count.items() if name not in sparse),
                  BYTES_PER_FLOAT * sum(count[name] for name in sparse),
-                 BYTES_PER_FLOAT * shapes[sparse[0]][-1] if sparse else 0, sparse)
+                 BYTES_PER_FLOAT * _product(variables[sparse[0]]["shape"][1:]) if sparse else 0, sparse)
 
 
 def _product(shape):

@@ -7,21 +7,20 @@ NOT_RECORDED = "not recorded"
 
 
 def model_section(results):
-    configs = {}
+    configs, described = {}, {}
     for run in results.runs.values():
         configs.setdefault(run.summary["config"]["name"], run.summary["config"])
+        described.setdefault(run.summary.get("model", "lstm"), run.summary.get("model_description", ""))
     bench_only = sorted({row.config for row in results.bench or []} - set(configs))
     fields = list(dict.fromkeys(field for config in configs.values() for field in config if field != "name"))
     names = sorted(configs)
     return blocks.section(
         "Model, paper and code",
+        *[blocks.paragraph(text, lead=f"{name}.") for name, text in sorted(described.items())],
         blocks.paragraph(
-            "The model is the word-level LSTM language model of Zaremba, Sutskever and Vinyals, \"Recurrent Neural "
-            "Network Regularization\" (2014, arXiv:1409.2329), built as tensorflow/models' ptb_word_lm.py builds it "
-            "(model.py): an embedding, stacked LSTM layers unrolled over num_steps, a softmax layer, plain SGD with "
-            "the global gradient norm clipped. The embedding's gradient is sparse (only the looked-up rows) and "
-            "every other gradient dense: the mix on which parameter servers, allreduce and Parallax's hybrid "
-            "differ. Every runner builds this one graph and applies this one update, seeded, so that the trained "
+            "A variable read by rows (an embedding) has a sparse gradient, the looked-up rows only; every other "
+            "gradient is dense: the mix on which parameter servers, allreduce and Parallax's hybrid differ. Every "
+            "runner builds the model's one graph and applies its one update, seeded, so that the trained "
             "parameters can be compared bit for bit."),
         blocks.paragraph(
             "Code: this repository. run.py is the single-device reference, run_tf.py TensorFlow's parameter servers "
@@ -122,12 +121,11 @@ def architecture_section(results, figure_path):
     verify = results.verify
     # The verify runs' config (the figure's worker and PS counts are theirs), else any run's.
     reference = results.verify_run("reference")
-    config_record = (reference.summary["config"] if reference
-                     else next((run.summary["config"] for run in results.runs.values()), None))
-    sizes = diagram.sizes(config_record) if config_record else None
+    summary = reference.summary if reference else next((run.summary for run in results.runs.values()), None)
+    sizes = diagram.sizes(summary) if summary else None
     parts = [blocks.paragraph(text, lead=title) for title, text in ARCHITECTURES]
     if sizes is None:
-        parts.append(blocks.missing("no figure of the architectures: no run summary names a config model.py knows"))
+        parts.append(blocks.missing("no figure of the architectures: no run summary records its variables"))
         return blocks.section("How each architecture synchronises", *parts)
     workers = verify["config"]["workers"] if verify else 2
     ps = verify["config"]["ps"] if verify else 1
@@ -135,12 +133,12 @@ def architecture_section(results, figure_path):
     rows = [r["sparse_rows_received"] for r in (parallax.steps if parallax else []) if "sparse_rows_received" in r]
     rows_per_step = statistics.median(rows) if rows else None
     diagram.architectures(sizes, workers, ps, rows_per_step, figure_path)
-    rows_note = (f"the parameter servers received a median of {rows_per_step:.0f} embedding rows per step in the "
+    rows_note = (f"the parameter servers received a median of {rows_per_step:.0f} sparse rows per step in the "
                  f"verify run of run_parallax.py" if rows_per_step
-                 else "the embedding rows per step were not measured (no run_parallax.py verify run)")
+                 else "the sparse rows per step were not measured (no run_parallax.py verify run)")
     parts.append(blocks.figure(
         figure_path, f"Where the variables of the {sizes.config} config live and what one step moves, with "
         f"{workers} workers and {ps} PS as in the verify runs: dense variables {blocks.byte_count(sizes.dense_bytes)}, "
-        f"embedding {blocks.byte_count(sizes.sparse_bytes)} ({blocks.byte_count(sizes.row_bytes)} a row); "
-        f"{rows_note}. Sizes from the config in the summaries and model.py's variables."))
+        f"sparse ({', '.join(sizes.sparse_names) or 'none'}) {blocks.byte_count(sizes.sparse_bytes)} "
+        f"({blocks.byte_count(sizes.row_bytes)} a row); {rows_note}. Sizes from the variables the summaries record."))
     return blocks.section("How each architecture synchronises", *parts)

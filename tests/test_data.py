@@ -31,11 +31,18 @@ def test_the_batch_of_a_step_depends_on_the_step_alone():
 
 
 def test_an_epoch_wraps_around_and_restarts_the_state():
+    import tensorflow as tf
+    from harness import models
+    from harness.training import StepFeed
     batches = data.Batches(np.arange(1000, dtype=np.int32), 4, 5)
     assert batches.epoch_size == 49  # (250 - 1) // 5
     np.testing.assert_array_equal(batches(49)[0], batches(0)[0])
-    assert [batches.starts_epoch(s) for s in (0, 1, 48, 49, 98)] == [True, False, False, True, True]
-    assert [batches.epoch(s) for s in (0, 48, 49, 100)] == [0, 0, 1, 2]
+    lstm = models.load("lstm")
+    with tf.Graph().as_default():
+        feed = StepFeed(lstm, lstm.CONFIGS["tiny"], batches, slice(0, 2))
+        carried = np.ones(feed.state_shape, np.float32)
+        assert [feed(s, carried)[feed.initial_state].any() for s in (1, 48, 49, 50, 98)] == [True, True, False,
+                                                                                           True, False]
 
 
 def test_a_corpus_too_small_for_one_batch_is_an_error():

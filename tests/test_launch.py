@@ -76,13 +76,14 @@ def test_gloo_waits_long_enough_for_the_first_broadcast_on_a_slow_link():
     lm1b-sparse's tables (and their Adagrad slots) to 5 ranks outlast Gloo's 30 s (a W = 6 run failed so)."""
     from harness import launch
     from harness.starters import netns
-    import configs
-    config = configs.CONFIGS["lm1b-sparse"]
+    from harness import models
+    lstm = models.load("lstm")
+    config = lstm.CONFIGS["lm1b-sparse"]
     table_bytes = 4 * config.vocab_size * config.output_size
     for workers in (2, 6, 8):
         # both tables and their slots, sent once to each other rank over the link
         broadcast = 4 * table_bytes * (workers - 1) * 8 / 100e6
-        assert launch.gloo_timeout_seconds(config, workers, netns.Link.parse("100mbit")) > broadcast
-    assert launch.gloo_timeout_seconds(config, 6, None) == launch.GLOO_TIMEOUT_SECONDS  # no emulated link
+        assert launch.gloo_timeout_seconds(lstm, config, workers, netns.Link.parse("100mbit")) > broadcast
+    assert launch.gloo_timeout_seconds(lstm, config, 6, None) == launch.GLOO_TIMEOUT_SECONDS  # no emulated link
     # a small model on a fast link: about the default
-    assert launch.gloo_timeout_seconds(configs.CONFIGS["tiny"], 8, netns.Link.parse("1gbit")) <= 31
+    assert launch.gloo_timeout_seconds(lstm, lstm.CONFIGS["tiny"], 8, netns.Link.parse("1gbit")) <= 31

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-import configs
+from harness import models
 from conftest import bit_identical, checkpoint_tensors, launch_and_wait, read_jsonl, train_reference
 
 LM1B_TINY = ["--config=lm1b-tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
@@ -36,7 +36,8 @@ def test_two_workers_match_the_reference_bit_for_bit(runs, name):
     accumulators included."""
     work, _ = runs
     reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / f"ckpt/{name}")
-    names = list(configs.variable_shapes(configs.CONFIGS["lm1b-tiny"]))
+    lstm = models.load("lstm")
+    names = list(lstm.variables(lstm.CONFIGS["lm1b-tiny"]))
     assert sorted(trained) == sorted(names + [f"{n}/Adagrad" for n in names])
     assert [n for n in reference if not bit_identical(reference[n], trained[n])] == []
     losses = [[r["loss"] for r in read_jsonl(work / f"results/{run}.jsonl")] for run in ("reference", name)]
@@ -75,7 +76,8 @@ def test_tensorflow_s_sync_replicas_optimizer_applies_parallax_s_rule(tmp_path):
                     "--run_name=replicas", "--ckpt_dir=ckpt/replicas", cwd=tmp_path)
     assert [r["step"] for r in read_jsonl(tmp_path / "results/replicas.jsonl")] == list(range(20))
     trained = checkpoint_tensors(tmp_path / "ckpt/replicas")
-    names = list(configs.variable_shapes(configs.CONFIGS["lm1b-tiny"]))
+    lstm = models.load("lstm")
+    names = list(lstm.variables(lstm.CONFIGS["lm1b-tiny"]))
     assert sorted(trained) == sorted(names + [f"{n}/Adagrad" for n in names])
     for name in names:
         assert (trained[f"{name}/Adagrad"] >= 1.0).all() and (trained[f"{name}/Adagrad"] > 1.0).any(), name

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import configs
-import model
-import run_parallax
+from harness import models
+from harness.hybrid import hybrid_placement
+from harness.variables import initial_value
 from checkpoints_compare import compare
 from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
                       launcher_usage_error, read_jsonl, train_reference)
@@ -87,7 +87,8 @@ def test_summing_sparse_gradients_doubles_the_first_embedding_step(tmp_path):
     launch_and_wait("parallax", "--workers=2", "--", *one_step, "--average_sparse=false", "--ckpt_dir=summed",
                     cwd=tmp_path)
     reference, summed = checkpoint_tensors(tmp_path / "reference"), checkpoint_tensors(tmp_path / "summed")
-    initial = model.initial_value(configs.CONFIGS["tiny"], 1, "embedding")
+    lstm = models.load("lstm")
+    initial = initial_value(lstm.variables(lstm.CONFIGS["tiny"])["embedding"], 1, "embedding")
     # Up to the rounding of the subtraction: half an ULP of values near init_scale = 0.1 is 3.7e-9.
     np.testing.assert_allclose(summed["embedding"] - initial, 2 * (reference["embedding"] - initial),
                                rtol=1e-4, atol=2e-8)
@@ -106,7 +107,7 @@ def test_the_placement_rule_on_models_with_one_kind_of_variable():
         assert placement.gradient_kinds(["table"], tf.gradients(only_sparse, [table])) == {"table": "sparse"}
         assert placement.gradient_kinds(["weights"], tf.gradients(only_dense, [weights])) == {"weights": "dense"}
 
-    place = run_parallax.hybrid_placement({"table": "sparse", "weights": "dense"}, 2, "/job:worker/task:1")
+    place = hybrid_placement({"table": "sparse", "weights": "dense"}, 2, "/job:worker/task:1")
     with tf.Graph().as_default():
         handles = [tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=shape, name=name, shared_name=name).op
                    for name, shape in [("table", [10, 3]), ("weights", [3, 2])]]

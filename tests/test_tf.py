@@ -73,7 +73,7 @@ def test_tensorflow_s_sync_replicas_optimizer_trains_every_step_once(runs):
     assert [r["step"] for r in steps] == list(range(40))
     # Each update is W gradients, of the global batch's words: 40 steps of 2 workers make 40 updates, the
     # chief's last step seeing all but the updates that come after its last token.
-    words = summary["config"]["batch_size"] * summary["config"]["num_steps"]
+    words = summary["environment"]["words_per_step"]
     updates = [r["words_per_sec"] * r["seconds"] / words for r in steps]
     assert all(u == pytest.approx(round(u)) for u in updates) and 38 <= round(sum(updates)) <= 40
     losses = [r["loss"] for r in steps]
