@@ -27,7 +27,9 @@
 #             targets)
 #   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes);
 #             BENCH=crossover: where the hybrid overtakes allgather (lm1b-sparse, W = 2, 4, 6, 8)
-#   RESULTS   where make report reads the results (default results); REPORT where it writes (report)
+#   RESULTS   where the run targets write their results, each model in a directory of its own
+#             (RESULTS/lstm/, RESULTS/transformer/), and where make report reads them all (default results);
+#             REPORT where make report writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)
 MODEL    ?= lstm
 CONFIG   ?=
@@ -55,7 +57,9 @@ given = $(if $(filter command line environment,$(origin $(1))),$(2))
 
 SHELL  := /bin/bash
 PYTHON := .venv/bin/python
-RUN_FLAGS = --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=$(SEED) \
+RESULTS_DIR = $(RESULTS)/$(basename $(notdir $(MODEL)))
+RUN_FLAGS = --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --results_dir=$(RESULTS_DIR) \
+            --steps=$(STEPS) --warmup_steps=$(WARMUP) --seed=$(SEED) \
             $(if $(DATA),--data_path=$(DATA))
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume)
@@ -103,12 +107,13 @@ verify: setup
 	    $(if $(filter 1,$(FAULTS)),--faults) $(ARGS)
 
 # The architectures on an emulated cluster (bench/run.py): NET (default 100mbit; NET=1gbit,10gbit sweeps each)
-# per machine link, one worker and one parameter server per machine; results/bench.jsonl and a table per config
+# per machine link, one worker and one parameter server per machine; RESULTS/MODEL/bench.jsonl and a table per config
 # and rate. BENCH=quick: a few minutes.
-# BENCH=crossover: allgather against the hybrid at W = 2-8 on lm1b-sparse (results/bench-crossover.jsonl).
+# BENCH=crossover: allgather against the hybrid at W = 2-8 on lm1b-sparse (RESULTS/lstm/bench-crossover.jsonl).
 bench: setup
 	$(if $(HOSTS),$(error HOSTS=: make bench emulates its machines on this one))
 	$(PYTHON) -m bench.run --net=$(or $(NET),100mbit) --model=$(MODEL) $(if $(CONFIG),--configs=$(CONFIG)) \
+	    --results_dir=$(RESULTS_DIR) \
 	    $(call given,WORKERS,--workers=$(WORKERS)) $(call given,PS,--ps=$(PS)) $(if $(DELAY),--delay=$(DELAY)) \
 	    $(call given,STEPS,--steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
 	    $(call given,SEED,--seed=$(SEED)) $(if $(DATA),--data_path=$(DATA)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
@@ -124,7 +129,7 @@ report: setup
 	$(PYTHON) -m reporting --results_dir=$(RESULTS) --out_dir=$(REPORT)
 
 clean:
-	rm -rf checkpoints results $(REPORT)
+	rm -rf checkpoints $(RESULTS) $(REPORT)
 
 # Containers (docker/; README: Containers). DOCKER_IMAGE names the image; DOCKER_BASE is its base (default
 # python:3.11-slim; one that cannot be pulled, or DOCKER_BASE=debootstrap, is made from Debian's packages).
@@ -141,7 +146,7 @@ docker-build: docker-engine
 	bash docker/build.sh $(DOCKER_IMAGE) $(DOCKER_BASE)
 
 # make verify with every task, the reference's too, in a container of its own (harness/starters/docker.py);
-# the table and results/verify.json on this machine, as make verify writes them. DATA must lie under this
+# the table and RESULTS/MODEL/verify.json on this machine, as make verify writes them. DATA must lie under this
 # directory, the one the containers see.
 docker-verify: setup docker-build
 	$(if $(HOSTS),$(error HOSTS=: docker-verify runs every task in a container on this machine))

@@ -64,3 +64,8 @@ def loss_gaps(runs, reference):
     return {run.name: [(r["step"], abs(r["loss"] - reference_loss[r["step"]]))
                        for r in run.steps if r["step"] in reference_loss]
             for run in runs}
+
+
+def unit(rows):
+    """The throughput unit of bench rows ("words/sec"), as their runs' environment records it."""
+    return f"{next((r.environment.get('unit') for r in rows if r.environment and r.environment.get('unit')), 'words')}/sec"

@@ -25,7 +25,7 @@ def _verify_speed(runs):
     fastest, slowest = ranked[0], ranked[-1]
     f, s = fastest["throughput"], slowest["throughput"]
     overlap = f["p16"] <= s["p84"]
-    return (f"In the verify runs, {fastest['name']} was fastest ({blocks.rate(f['median'])} words/sec median) and "
+    return (f"In the verify runs, {fastest['name']} was fastest ({blocks.rate(f['median'])} {f['unit']} median) and "
             f"{slowest['name']} slowest ({blocks.rate(s['median'])}), {blocks.ratio(f['median'] / s['median'])}; "
             + ("their central 68% intervals overlap, so even that order is within the noise of one short run. "
                if overlap else "their central 68% intervals do not overlap. ")
@@ -43,7 +43,8 @@ def _bench_group(config, link, points, rows):
     ranked = sorted((r for r in rows if (r.config, r.link, r.workers) == (config, link, workers)),
                     key=lambda r: -r.median)
     winner = ranked[0]
-    text = (f"{where}, {workers} workers: {winner.name} is fastest at {blocks.rate(winner.median)} words/sec"
+    text = (f"{where}, {workers} workers: {winner.name} is fastest at {blocks.rate(winner.median)} "
+            f"{analysis.unit(rows)}"
             + "".join(f"; {blocks.ratio(winner.median / r.median)} {r.name} ({blocks.rate(r.median)})"
                       for r in ranked[1:]) + ".")
     for other in ranked[1:]:

@@ -91,9 +91,25 @@ class Results:
     parallax: list | None  # [ParallaxPoint]
     crossover: list | None  # [BenchRow] of bench-crossover.jsonl (bench.run --crossover)
 
+    @property
+    def empty(self):
+        return not self.runs and all(found is None for found in (self.verify, self.bench, self.predictions,
+                                                                   self.parallax, self.crossover))
+
     def verify_run(self, name):
         """The Run behind verify.json's run `name` (verify names its runs verify-<name>), or None."""
         return self.runs.get(f"verify-{name}")
+
+
+def load_models(directory):
+    """[(model, Results)]: the results in `directory` (model None), or, when it holds none itself, those of each
+    of its subdirectories that holds some (make's RESULTS/<model>/)."""
+    own = load(directory)
+    if not own.empty:
+        return [(None, own)]
+    found = [(name, load(os.path.join(directory, name))) for name in sorted(os.listdir(directory))
+             if os.path.isdir(os.path.join(directory, name))]
+    return [(name, results) for name, results in found if not results.empty] or [(None, own)]
 
 
 def load(directory):

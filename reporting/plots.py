@@ -48,7 +48,7 @@ def loss_curves(runs, reference, path):
 
 
 def verify_throughput(runs, path):
-    """words/sec of every verify run: the median, with the central 68% of the steps as the bar."""
+    """Throughput of every verify run: the median, with the central 68% of the steps as the bar."""
     figure, axes = plt.subplots(figsize=(7.0, 0.45 * len(runs) + 1.0))
     names = [r["name"] for r in runs]
     for y, run in enumerate(runs):
@@ -57,12 +57,13 @@ def verify_throughput(runs, path):
                   xerr=[[t["median"] - t["p16"]], [t["p84"] - t["median"]]], capsize=3)
     axes.set_yticks(range(len(names)), names)
     axes.invert_yaxis()
-    axes.set(xlabel="words/sec (median; bar: central 68% of steps)", title="throughput of the verify runs")
+    axes.set(xlabel=f"{runs[0]['throughput']['unit']} (median; bar: central 68% of steps)",
+             title="throughput of the verify runs")
     _save(figure, path)
 
 
-def scaling(points_by_name, title, path):
-    """Left: words/sec against workers, central-68% bars, and each run's ideal (linear from its fewest-worker
+def scaling(points_by_name, title, unit, path):
+    """Left: throughput (`unit`) against workers, central-68% bars, and each run's ideal (linear from its fewest-worker
     point). Right: scaling efficiency, 1 = ideal."""
     figure, (rates, efficiency) = plt.subplots(1, 2, figsize=WIDE)
     for name, points in points_by_name.items():
@@ -76,7 +77,7 @@ def scaling(points_by_name, title, path):
                    linestyle=":", linewidth=1)
         efficiency.plot(workers, [p.efficiency for p in points], color=colour, marker="o", label=palette.key(name))
     efficiency.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
-    rates.set(xlabel="workers", ylabel="words/sec", title=f"{title} (dotted: ideal)")
+    rates.set(xlabel="workers", ylabel=unit, title=f"{title} (dotted: ideal)")
     efficiency.set(xlabel="workers", ylabel="scaling efficiency (1 = linear)", title="scaling efficiency")
     efficiency.set_ylim(bottom=0)
     rates.legend()

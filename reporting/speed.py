@@ -36,10 +36,11 @@ def verify_throughput(verify, figure_path):
         rows.append([run["name"], blocks.rate(t["median"]), blocks.interval(t["p16"], t["p84"]), mean,
                      blocks.seconds(t["median_step_seconds"]), t["measured_steps"]])
     plots.verify_throughput(verify["runs"], figure_path)
-    return [blocks.table(["run", "median words/sec", "central 68%", "mean ± 95%", "median step", "steps"], rows,
+    unit = verify["runs"][0]["throughput"]["unit"]
+    return [blocks.table(["run", f"median {unit}", "central 68%", "mean ± 95%", "median step", "steps"], rows,
                          f"Throughput of the verify runs ({verify['config']['workers']} workers, "
                          f"{verify['config']['steps']} steps each): a smoke test, not the comparison."),
-            blocks.figure(figure_path, "Words/sec of the verify runs: median, and the central 68% of the steps.")]
+            blocks.figure(figure_path, f"{unit} of the verify runs: median, and the central 68% of the steps.")]
 
 
 def bench(results, figure_dir):
@@ -52,7 +53,7 @@ def bench(results, figure_dir):
     if not rows:
         return parts + [blocks.missing(f"{BENCH_MISSING} (bench.jsonl holds no measured run)")]
     parts.append(blocks.table(
-        ["run", "config", "W", "PS", "mach.", "link", "runs", "words/sec", "central 68%", "step", "bound",
+        ["run", "config", "W", "PS", "mach.", "link", "runs", analysis.unit(rows), "central 68%", "step", "bound",
          "compute", "network", "limit", "busiest MB meas.", "pred."],
         [[r.name, r.config, r.workers, _or_dash(r.ps), _or_dash(r.machines), r.link or "loopback", r.repeats,
           blocks.rate(r.median), blocks.interval(r.p16, r.p84) if r.p16 is not None else "-",
@@ -70,8 +71,8 @@ def bench(results, figure_dir):
     for index, ((config, link), points) in enumerate(analysis.bench_groups(rows).items()):
         path = os.path.join(figure_dir, f"bench-scaling-{index}.svg")
         title = f"{config}, {link or 'loopback'}"
-        plots.scaling(points, title, path)
-        parts.append(blocks.figure(path, f"Scaling, {title}: words/sec against workers (bars: central 68% of the "
+        plots.scaling(points, title, analysis.unit(rows), path)
+        parts.append(blocks.figure(path, f"Scaling, {title}: {analysis.unit(rows)} against workers (bars: central 68% of the "
                                          f"steps; dotted: linear from each run's fewest workers), and efficiency."))
     for index, link in enumerate(dict.fromkeys(r.link for r in rows)):
         path = os.path.join(figure_dir, f"bench-model-{index}.svg")
