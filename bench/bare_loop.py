@@ -3,46 +3,44 @@
 import json
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import data, determinism, flags, training
+from harness import determinism, flags, models, training, update
 from harness.timer import ThroughputTimer
 from harness.training import StepFeed
+from harness.variables import Params
 import tensorflow as tf
-
-import model
 
 
 def main():
     args = flags.parse(flags.parser("bare_loop", __doc__))
-    config = flags.model_config(args)
+    model, config = models.from_flags(args)
     tf.compat.v1.disable_eager_execution()
-    feed = StepFeed(config, data.load(args, config), rows=slice(None))
-    print(json.dumps(timed_steps(args, config, feed, train_step(config, args.seed, feed)[0])))
+    feed = StepFeed(model, config, model.data(config, args.data_path, args.seed), rows=slice(None))
+    print(json.dumps(timed_steps(args, models.units_per_step(model, config), feed,
+                                 train_step(model, config, args.seed, feed)[0])))
 
 
-def train_step(config, seed, feed, prepare=None):
-    """run.py's step on one device: the model's loss, gradients and update, nothing more. `prepare(variables,
-    gradients)` changes the gradients first (bench.sparse_update's densified rule). Returns the fetches (the
-    loss, the final LSTM state and the update op), {variable name: the variable (its parts)} and {variable
-    name: its gradient} (bench.step_trace traces when the step reads each and when each gradient is ready)."""
-    lm = model.LSTMLanguageModel(config, seed)
-    loss, final_state = feed.loss(lm, seed)
-    gradients = lm.worker_gradients(loss)
-    train_op, _ = model.update(lm, prepare(lm.variable_list, gradients) if prepare else gradients,
-                               feed.learning_rate)
-    return [loss, final_state, train_op], lm.variables, dict(zip(lm.variables, gradients))
+def train_step(model, config, seed, feed):
+    """run.py's step on one device: the model's loss, gradients and update, nothing more. Returns the fetches
+    (the objective, the final state and the update op), {variable name: the variable (its parts)} and
+    {variable name: its gradient} (bench.step_trace traces when the step reads each and when each is ready)."""
+    params = Params(model, config, seed)
+    objective, final_state = feed.loss(params, seed)
+    gradients = params.gradients(objective)
+    train_op, _ = update.update(params, gradients, feed.learning_rate, feed.step)
+    return [objective, final_state, train_op], params.variables, dict(zip(params.variables, gradients))
 
 
-def timed_steps(args, config, feed, fetches):
-    """The throughput summary of --steps session.runs of `fetches` (loss, final state, train op), nothing
-    else in the loop."""
+def timed_steps(args, units_per_step, feed, fetches):
+    """The throughput summary of --steps session.runs of `fetches` (objective, final state, train op),
+    nothing else in the loop."""
     timer = ThroughputTimer(args.warmup_steps)
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
 
         def run_step(step, state):
             _, state, _ = session.run(fetches, feed(step, state))
-            return state, None, config.words_per_batch, {}
-        training.loop(args.steps, run_step, lambda step, objective, seconds, words: timer.record(seconds, words))
+            return state, None, units_per_step, {}
+        training.loop(args.steps, run_step, lambda step, objective, seconds, units: timer.record(seconds, units))
     return timer.summary()
 
 

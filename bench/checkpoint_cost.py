@@ -14,7 +14,7 @@ import statistics
 import tempfile
 
 import harness
-from harness import environment, flags, results
+from harness import environment, flags, models, results
 
 from bench.pinned import CORE, REPO, in_turn
 
@@ -49,7 +49,7 @@ def main():
               "ratio": statistics.median(r["ratio"] for r in rounds), "rounds": rounds,
               "save_megabytes": saves[0][0], "save_seconds_median": statistics.median(s for _, s in saves),
               "steps": args.steps, "warmup_steps": args.warmup_steps,
-              "environment": environment.describe(args, flags.model_config(args), 1)}
+              "environment": environment.describe(args, *models.from_flags(args), 1)}
     path = os.path.join(args.results_dir, f"bench-checkpoint-cost-{args.config}.json")
     results.write_json(path, result)
     print(f"{args.config}: a checkpoint is {result['save_megabytes']:,.1f} MB and takes "

@@ -19,8 +19,8 @@ shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs
 Each is fitted as seconds = fixed + wire bytes / rate through the smallest and the largest size's medians, with
 the CPU seconds the whole machine spends per byte a rank sends at the largest size (both ends share it);
 gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Rows, in this
-process on one core: deduplicating a sparse gradient (model.deduplicate), applying distinct rows with lm1b's
-Adagrad rule (model.apply_gradient) and adding dense gradients, each per byte of rows; densifying a sparse
+process on one core: deduplicating a sparse gradient (harness.variables.deduplicate), applying distinct rows
+with Adagrad (lm1b's rule) and adding dense gradients, each per byte of rows; densifying a sparse
 gradient into its table (tf.convert_to_tensor, as --sparse_as_dense does) and applying a dense gradient to a
 whole table, each per byte of the table.
 """
@@ -28,16 +28,15 @@ import contextlib
 import io
 import os
 import sys
-import types
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
 import numpy as np
 import tensorflow as tf
 
-import configs
 import harness
-import model
 from harness import environment, flags, launch, results, tasks
+from harness.update import Adagrad
+from harness.variables import deduplicate
 from harness.starters import mpirun, netns
 from harness.starters.local import LocalProcess
 
@@ -158,7 +157,7 @@ def protocols(grpc, collectives):
 
 def measure_rows(args):
     """Seconds per byte of rows: deduplicating a gradient of `rows` positions with repeats (Zipf, as words are),
-    applying its distinct rows with lm1b's Adagrad rule, and adding two dense gradients; and per byte of a
+    applying its distinct rows with Adagrad (lm1b's rule), and adding two dense gradients; and per byte of a
     table: densifying the gradient into it (Horovod's --sparse_as_dense) and applying a dense gradient to the
     whole table with the same rule; on one core."""
     rows, vocab = (20_000, 100_000) if not args.quick else (2_000, 10_000)
@@ -174,16 +173,16 @@ def measure_rows(args):
                                   tf.constant(distinct), tf.constant([vocab, ROW_FLOATS]))
         table, accumulator = tf.Variable(tf.ones([vocab, ROW_FLOATS])), tf.Variable(tf.ones([vocab, ROW_FLOATS]))
         whole = tf.Variable(rng.random((vocab, ROW_FLOATS), np.float32)).read_value()
-        lm = types.SimpleNamespace(config=configs.CONFIGS["lm1b"], variables={"softmax_w": table},
-                                   accumulators={"softmax_w": accumulator})
-        deduplicated = model.deduplicate(gathered)
+        def apply(gradient):
+            return tf.group(*Adagrad(1.0).apply(table, [accumulator], gradient, 0.2, 0))
+        deduplicated = deduplicate(gathered)
         operations = {
             # Each result is fetched through a sum of its first row: a tf.group of them was optimised away.
             "deduplicate": (tf.reduce_sum(deduplicated.values[:1]), rows * row_bytes),
-            "apply": (model.apply_gradient(lm, "softmax_w", [unique], 1.0, 0.2), len(distinct) * row_bytes),
+            "apply": (apply(unique), len(distinct) * row_bytes),
             "add": (tf.reduce_sum((gathered.values + gathered.values)[:1]), rows * row_bytes),
             "densify": (tf.reduce_sum(tf.convert_to_tensor(gathered)[:1]), vocab * row_bytes),
-            "apply_dense": (model.apply_gradient(lm, "softmax_w", [whole], 1.0, 0.2), vocab * row_bytes)}
+            "apply_dense": (apply(whole), vocab * row_bytes)}
         with tf.compat.v1.Session(config=harness.determinism.session_config(args)) as session:
             session.run(tf.compat.v1.global_variables_initializer())
             measured = {name: (quantiles(protocol_probe.timed(session, op, args.repeats)[0]), size)

@@ -14,7 +14,7 @@ import statistics
 import tempfile
 
 import harness
-from harness import environment, flags, results
+from harness import environment, flags, models, results
 
 from bench.pinned import CORE, REPO, in_turn
 
@@ -42,7 +42,7 @@ def main():
     ratio = statistics.median(r["ratio"] for r in rounds)
     result = {"benchmark": "overhead", "ratio": ratio, "target": args.target, "met": ratio >= args.target,
               "rounds": rounds, "steps": args.steps, "warmup_steps": args.warmup_steps,
-              "environment": environment.describe(args, flags.model_config(args), 1)}
+              "environment": environment.describe(args, *models.from_flags(args), 1)}
     path = os.path.join(args.results_dir, results.OVERHEAD)
     results.write_json(path, result)
     print(f"harness overhead: run.py / bare loop = {ratio:.3f} (median of {args.rounds} rounds; target >= "

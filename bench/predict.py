@@ -17,7 +17,7 @@ results/bench.jsonl, or --compute_seconds.
 import os
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import data, experiments, flags, results
+from harness import data, experiments, flags, models, results
 from harness.experiments import RUNS
 from harness.starters import netns
 import numpy as np
@@ -114,19 +114,20 @@ def repeat_rows(rows, workers):
     return traffic.Rows([[one[w % len(one)] for w in range(workers)]])
 
 
-def extrapolate(config, args, compute, machine_counts):
+def extrapolate(model, config, args, compute, machine_counts):
     """bench-predict.jsonl's records: each architecture's predicted words/sec of `config` on each of
     `machine_counts` machines (one worker and one parameter server a machine, `compute` seconds a step, every
     sparse variable in one part per server, as Parallax partitions them: in one part, the server that holds
     it would carry every worker's rows)."""
-    variables = traffic.model_variables(config)
-    sample = traffic.touched_rows(config, args, variables, 1, range(args.warmup_steps, args.warmup_steps + 48))
+    variables = traffic.model_variables(model, config, args)
+    sample = traffic.touched_rows(model, config, args, variables, 1,
+                                  range(args.warmup_steps, args.warmup_steps + 48))
     records = []
     for machines in machine_counts:
         rows = repeat_rows(sample, machines)
         for name in experiments.SYNCHRONOUS:
             network, _ = step_terms(RUNS[name].traffic, variables, rows, machines, 1, args.net, partitions=machines)
-            rate = machines * config.words_per_batch / (compute + network)
+            rate = machines * models.units_per_step(model, config) / (compute + network)
             records.append({"runner": name, "config": config.name, "workers": machines,
                             "partitions": machines, "machines": machines, "link": str(args.net),
                             "compute_seconds": compute, "network_seconds": network, "words_per_sec": rate})
@@ -142,9 +143,9 @@ def write(results_dir, records):
 
 
 def this_repo(args):
-    config = flags.model_config(args)
+    model, config = models.from_flags(args)
     compute = args.compute_seconds or measured_compute(args)
-    records = extrapolate(config, args, compute, args.machines)
+    records = extrapolate(model, config, args, compute, args.machines)
     print(f"{config.name}: compute {compute:.3f} s per step of {config.batch_size} rows per worker, links of "
           f"{args.net}, one worker and one parameter server per machine, batch per worker fixed, sparse "
           f"variables in one part per machine")

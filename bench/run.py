@@ -32,12 +32,11 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import environment, experiments, flags, results
+from harness import environment, experiments, flags, models, results
 from harness.experiments import RUNS
 from harness.starters import netns
 
 from bench import costs, crossover, predict, traffic
-import configs
 
 CORES = len(os.sched_getaffinity(0))
 PEAK_RESIDENT = r"^\[\S+\] .*: peak resident memory ([\d,]+) MiB$"
@@ -47,7 +46,7 @@ def parse_flags(argv=None):
     parser = flags.parser("bench", __doc__)
     flags.DEFINE_parsed("net", [netns.Link.parse("100mbit")], link_list, "every machine's link rate; several "
                         "(100mbit,1gbit) sweep each in turn", parser)
-    flags.DEFINE_list("configs", [c for c in ("small", "lm1b") if c in configs.CONFIGS], "configs to sweep",
+    flags.DEFINE_list("configs", None, "configs to sweep (default: the model's BENCH_CONFIGS, or its first)",
                       flag_values=parser)
     flags.DEFINE_list("runners", experiments.DISTRIBUTED, "runners to sweep", flag_values=parser)
     flags.DEFINE_list("workers", ["1", "2", "4"], "worker counts to sweep", flag_values=parser)
@@ -60,9 +59,11 @@ def parse_flags(argv=None):
     flags.DEFINE_integer("repeats", 1, "runs of each combination (3: about three times as long)", lower_bound=1,
                          flag_values=parser)
     flags.DEFINE_boolean("quick", False, "one repeat, W = 2 (W = 1 is run.py's one device), 16 steps of which 6 "
-                         "warm-up, small only unless --configs says otherwise: minutes", flag_values=parser)
-    flags.DEFINE_boolean("crossover", False, "the crossover sweep: lm1b-sparse, horovod (allgather) against "
-                         "parallax (the hybrid) at W = 2, 4, 6, 8, unless --configs, --runners, --workers say "
+                         "warm-up, the model's first config unless --configs says otherwise: minutes",
+                         flag_values=parser)
+    flags.DEFINE_boolean("crossover", False, "the crossover sweep: the model's most sparse-heavy config, horovod "
+                         "(allgather) against parallax (the hybrid) at W = 2, 4, 6, 8, unless --configs, --runners, "
+                         "--workers say "
                          "otherwise; written to bench-crossover.jsonl, where the hybrid overtakes printed",
                          flag_values=parser)
     flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose predicted bound times its steps exceeds this", lower_bound=1,
@@ -76,21 +77,24 @@ def parse_flags(argv=None):
         raise harness.UsageError("--batch_size: the bench sets each run's (--scaling)")
     if args.delay:
         args.net = [dataclasses.replace(link, delay=args.delay) for link in args.net]
+    model = models.load(args.model)
     if args.quick:
         args.repeats, args.workers, args.steps, args.warmup_steps = 1, ["2"], 16, 6
-        args.configs = args.configs if parser["configs"].present else ["small"]
+    args.configs = args.configs or ([next(iter(model.CONFIGS))] if args.quick else models.bench_configs(model))
     if len({link.rate for link in args.net}) < len(args.net):
         raise harness.UsageError(f"--net: a rate named twice ({', '.join(link.rate for link in args.net)})")
     if args.crossover and len(args.net) > 1:
         raise harness.UsageError("--crossover: one --net rate (the crossover of each rate is a sweep of its own)")
     if args.crossover:
-        for name, value in (("configs", ["lm1b-sparse"]), ("runners", [crossover.ALLGATHER, crossover.HYBRID]),
-                            ("workers", ["2", "4", "6", "8"])):
+        for name, value in (("runners", [crossover.ALLGATHER, crossover.HYBRID]), ("workers", ["2", "4", "6", "8"])):
             if not parser[name].present:
                 setattr(args, name, value)
+        if not parser["configs"].present:
+            args.configs = [max(model.CONFIGS, key=lambda name: traffic.sparse_share(model, name, args))]
     for name in args.configs:
-        if name not in configs.CONFIGS:
-            raise harness.UsageError(f"--configs: unknown config {name!r} (known: {', '.join(configs.CONFIGS)})")
+        if name not in model.CONFIGS:
+            raise harness.UsageError(f"--configs: model {args.model} has no config {name!r} (it has "
+                                     f"{', '.join(model.CONFIGS)})")
     for name in args.runners:
         if name not in experiments.DISTRIBUTED:
             raise harness.UsageError(f"--runners: unknown runner {name!r} (known: {', '.join(experiments.DISTRIBUTED)})")
@@ -99,9 +103,9 @@ def parse_flags(argv=None):
     args.workers = [int(w) for w in args.workers]
     for name in args.configs:
         for w in args.workers:
-            if args.scaling == "strong" and configs.CONFIGS[name].batch_size % w:
+            if args.scaling == "strong" and models.config(model, name).batch_size % w:
                 raise harness.UsageError(f"--workers: {w} workers do not divide {name}'s batch of "
-                                         f"{configs.CONFIGS[name].batch_size} rows")
+                                         f"{models.config(model, name).batch_size} rows")
     return args
 
 
@@ -161,7 +165,7 @@ def tasks_peak_resident_bytes(output):
 
 def run_config(args, num_workers):
     """The config of a run of `num_workers` workers: weak scaling gives each worker the config's batch."""
-    config = configs.CONFIGS[args.config]
+    config = models.config(models.load(args.model), args.config)
     if args.scaling == "weak":
         return dataclasses.replace(config, batch_size=config.batch_size * num_workers)
     return config
@@ -169,7 +173,7 @@ def run_config(args, num_workers):
 
 def one_device(args):
     """run.py's throughput on one device: its median step time is the compute of one step of the config's
-    batch, and its words/sec the base of every speed-up."""
+    batch, and its throughput the base of every speed-up."""
     name = f"bench-{args.config}-one-device"
     run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name), "--emulate_workers=1"]],
                 f"run.py (the compute time of {args.config})")
@@ -254,10 +258,11 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                                    compute_term, trace)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
-              "words_per_step": batch_size * configs.CONFIGS[args.config].num_steps, "workers": num_workers, "ps": num_ps,
+              "words_per_step": models.units_per_step(models.load(args.model), run_config(args, num_workers)),
+              "workers": num_workers, "ps": num_ps,
               "partitions": partitions, "machines": machines, "link": str(args.net),
               "bits_per_second": args.net.bits_per_second, "repeat": repeat,
-              "one_device_words_per_sec": one_device_throughput["median"],
+              "one_device_words_per_sec": one_device_throughput["median"], "unit": one_device_throughput["unit"],
               "compute_seconds_one_device": one_device_throughput["median_step_seconds"],
               "compute_run_names": compute_run_names, "cores_shared": num_workers > CORES,
               "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
@@ -306,7 +311,7 @@ def progress(i, total, record, started):
         print(f"{head}: skipped, {record['skipped']}", flush=True)
         return
     bytes_ratio = record["bytes_measured_over_predicted"]
-    print(f"{head}: {record['throughput']['median']:,.0f} words/sec, step {record['throughput']['median_step_seconds']:.3f}"
+    print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, step {record['throughput']['median_step_seconds']:.3f}"
           f" s = {record['step_over_bound']:.2f} x bound ({record['step_over_bytes_only_bound']:.2f} x bytes only)"
           f"{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
           f", compute {record['compute_seconds'] / record['compute_seconds_one_device']:.2f} x one device's"
@@ -315,7 +320,7 @@ def progress(i, total, record, started):
 
 
 def table(records):
-    """Per config and link: each runner and W's words/sec (median of the repeats' medians, and the central 68% of
+    """Per config and link: each runner and W's throughput (median of the repeats' medians, and the central 68% of
     the repeats' per-step rates), speed-up and efficiency against one device (run.py), ratio to the best runner at
     that W, bytes measured/predicted, step time/bound and step time/the bytes-only bound."""
     groups = {}
@@ -326,11 +331,11 @@ def table(records):
 
 def group_table(records):
     """table()'s lines for the records of one config and link."""
-    base = records[0]["one_device_words_per_sec"]
+    base, unit = records[0]["one_device_words_per_sec"], records[0]["unit"]
     scaling = {"weak": "weak scaling (batch per worker fixed)", "strong": "strong scaling (global batch fixed)"}
     lines = [f"\n{records[0]['config']}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one "
-             f"device (run.py): {base:,.0f} words/sec",
-             f"{'runner':16s} {'W':>2s} {'words/sec':>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
+             f"device (run.py): {base:,.0f} {unit}",
+             f"{'runner':16s} {'W':>2s} {unit:>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
              f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'bytes only':>10s}"]
     rows = {}
     for r in records:
@@ -355,15 +360,17 @@ def group_table(records):
 def extrapolate(args, prepared):
     """bench.predict's extrapolation to 8-48 machines, of the sweep's most sparse-heavy config (Parallax's case),
     with the compute time measured here: results/bench-predict.jsonl, for make report."""
-    args.config = max(prepared, key=lambda name: len(configs.sparse_variables(configs.CONFIGS[name])))
+    model = models.load(args.model)
+    args.config = max(prepared, key=lambda name: traffic.sparse_share(model, name, args))
     compute = prepared[args.config][1]["median_step_seconds"]
-    records = predict.extrapolate(configs.CONFIGS[args.config], args, compute, predict.MACHINES)
+    records = predict.extrapolate(model, models.config(model, args.config), args, compute, predict.MACHINES)
     print(f"bench: extrapolated {args.config} to {', '.join(map(str, predict.MACHINES))} machines "
           f"-> {predict.write(args.results_dir, records)} (python -m bench.predict --config={args.config})")
 
 
 def main():
     args = parse_flags()
+    model = models.load(args.model)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_quietly's stop of the run
     args.runs_dir = os.path.join(args.results_dir, "bench")
     os.makedirs(args.runs_dir, exist_ok=True)
@@ -381,21 +388,22 @@ def main():
     for i, (link, config, runner, w, repeat) in enumerate(combinations, 1):
         args.net, args.config = link, config
         if config not in prepared:
-            variables = traffic.model_variables(configs.CONFIGS[config])
+            variables = traffic.model_variables(model, models.config(model, config), args)
             prepared[config] = (variables, one_device(args), {}, step_trace(args))
-            print(f"bench: {config}: one device (run.py) trains {prepared[config][1]['median']:,.0f} words/sec, "
+            print(f"bench: {config}: one device (run.py) trains {prepared[config][1]['median']:,.0f} "
+                  f"{prepared[config][1]['unit']}, "
                   f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median); it reads its last variable "
                   f"at {max(prepared[config][3]['needed'].values()):.2f} of the step and has its first gradient at "
                   f"{min(prepared[config][3]['ready'].values()):.2f}", flush=True)
         variables, base, rows, trace = prepared[config]
         if w not in rows:
-            rows[w] = traffic.touched_rows(run_config(args, w), args, variables, w,
+            rows[w] = traffic.touched_rows(model, run_config(args, w), args, variables, w,
                                            range(args.warmup_steps, args.steps))
         if (link, config, w) not in computes:  # measured again at each rate: close in time to its runs
             computes[link, config, w] = ((base["median_step_seconds"], [f"bench-{config}-one-device"]) if w == 1
                                          else synchronous_compute(args, w))
         record = one_run(args, runner, w, repeat, variables, rows[w], base, computes[link, config, w], trace)
-        record["environment"] = environment.describe(args, run_config(args, w), w)
+        record["environment"] = environment.describe(args, model, run_config(args, w), w)
         records.append(record)
         results.append_line(output, record, "bench")
         progress(i, len(combinations), record, started)

@@ -13,7 +13,7 @@ import json
 import statistics
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import data, determinism, flags
+from harness import determinism, flags, models
 from harness.training import StepFeed
 import tensorflow as tf
 
@@ -63,10 +63,10 @@ def main():
     parser = flags.parser("step_trace", __doc__)
     flags.DEFINE_integer("traced_steps", 6, "steps traced after the warm-up", lower_bound=1, flag_values=parser)
     args = flags.parse(parser)
-    config = flags.model_config(args)
+    model, config = models.from_flags(args)
     tf.compat.v1.disable_eager_execution()
-    feed = StepFeed(config, data.load(args, config), rows=slice(None))
-    fetches, variables, gradients = bare_loop.train_step(config, args.seed, feed)
+    feed = StepFeed(model, config, model.data(config, args.data_path, args.seed), rows=slice(None))
+    fetches, variables, gradients = bare_loop.train_step(model, config, args.seed, feed)
     ready_ops, readers = gradient_ops(gradients), reader_ops(variables)
     trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     traced, state = [], None

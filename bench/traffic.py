@@ -7,8 +7,8 @@ its gradients only after it has pulled the variables and computed), so a step's 
 phases of the busiest link direction's bytes in that phase divided by the rate; with measured Costs
 (bench/costs.py), at the slower of the link and the protocol, plus each message's fixed cost.
 
-    variables = model_variables(config)                           # shapes and gradient kinds
-    rows = touched_rows(config, args, variables, num_workers)     # what the sparse gradients touch
+    variables = model_variables(model, config, args)               # shapes and gradient kinds
+    rows = touched_rows(model, config, args, variables, num_workers, steps)  # what sparse gradients touch
     flows("hybrid", variables, rows.steps[0], num_workers, num_ps)  # [(from, to, bytes, phase, operation)]
     predict("hybrid", variables, rows, num_workers, num_ps, machine_of, bytes_per_second, costs=Costs())
                           # ([(sent, received)] per machine, network seconds, update CPU seconds) per step
@@ -20,10 +20,9 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import numpy as np
 import tensorflow as tf
 
-import configs
-import model
 from harness import data, placement
 from harness.training import StepFeed
+from harness.variables import Params, part_rows
 
 FLOAT_BYTES = 4  # float32 values
 INDEX_BYTES = 4  # int32 row indices (the word ids)
@@ -46,12 +45,17 @@ class Variable:
         return int(np.prod(self.shape[1:])) * FLOAT_BYTES
 
 
-def model_variables(config):
-    """The model's variables with the kind of each gradient (configs.sparse_variables: those the runners find
-    sparse from the type of the gradient TensorFlow builds, as Parallax finds them)."""
-    sparse = configs.sparse_variables(config)
-    return [Variable(name, tuple(shape), "sparse" if name in sparse else "dense")
-            for name, shape in configs.variable_shapes(config).items()]
+def model_variables(model, config, args):
+    """The model's variables with the kind of each gradient (from its type, as the runners and Parallax find
+    it; args: seed, data_path)."""
+    kinds = placement.variable_kinds(model, config, args.seed, model.data(config, args.data_path, args.seed))
+    return [Variable(name, spec.shape, kinds[name]) for name, spec in model.variables(config).items()]
+
+
+def sparse_share(model, config_name, args):
+    """The fraction of config `config_name`'s variable bytes in sparse variables: how sparse-heavy it is."""
+    variables = model_variables(model, model.CONFIGS[config_name], args)
+    return sum(v.bytes for v in variables if v.kind == "sparse") / sum(v.bytes for v in variables)
 
 
 @dataclasses.dataclass
@@ -63,21 +67,19 @@ class Rows:
     steps: list
 
 
-def touched_rows(config, args, variables, num_workers, sample_steps):
+def touched_rows(model, config, args, variables, num_workers, sample_steps):
     """The rows each worker's sparse gradients touch at the steps `sample_steps`, found by building a worker's
     gradients and evaluating their indices on the run's data (args: seed, data_path)."""
     sparse = [v.name for v in variables if v.kind == "sparse"]
     if not sparse:
         return Rows([])
-    batches = data.load(args, config)
     with tf.Graph().as_default():
-        feed = StepFeed(config, batches, data.shard(config.batch_size, 0, num_workers))
-        lm = model.LSTMLanguageModel(config, args.seed)
-        # Dropout changes no index; a sampled softmax's candidates (from seed and step) do.
-        loss = lm.loss(feed.inputs, feed.targets, feed.initial_state,
-                       candidates=lm.sampled_candidates(args.seed, feed.step))[0]
-        raw = dict(zip(lm.variables, tf.gradients(loss, [lm.variables[name] for name in lm.variables])))
-        indices = {name: raw[name].indices for name in sparse}
+        feed = StepFeed(model, config, model.data(config, args.data_path, args.seed),
+                        data.shard(config.batch_size, 0, num_workers))
+        params = Params(model, config, args.seed)
+        objective, _ = feed.loss(params, args.seed)
+        raw = tf.compat.v1.gradients(objective, [params.variables[name] for name in sparse])
+        indices = dict(zip(sparse, (g.indices for g in raw)))
         found = []
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
@@ -92,9 +94,9 @@ def touched_rows(config, args, variables, num_workers, sample_steps):
 
 
 def parts(variable, partitions, strategy="mod"):
-    """The rows of each part of a sparse variable, as ranges (configs.part_rows: round robin or contiguous); a
-    dense variable is one part."""
-    return configs.part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, strategy)
+    """The rows of each part of a sparse variable, as ranges (part_rows: round robin or contiguous); a dense
+    variable is one part."""
+    return part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, strategy)
 
 
 def _count(indices, rows):
@@ -139,7 +141,7 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     hybrid-local     run_parallax.py --local_aggregation: as hybrid, but each machine's first worker pushes the
                      union of its machine's rows (`machine_groups`: the workers of each machine)
 
-    Sparse variables are split into `partitions` parts by `strategy` (configs.part_rows) and the parts spread over
+    Sparse variables are split into `partitions` parts by `strategy` (harness.variables.part_rows) and the parts spread over
     the servers by size, as the runners place them. `only`: the names of the variables whose flows are wanted
     (None: all), placed as among all of them."""
     found = []

@@ -31,6 +31,7 @@ and optionally:
     UNIT, units_per_row(config)
                              what throughput counts (default "examples", 1 per row; a language model's
                              "words", num_steps per row).
+    BENCH_CONFIGS            the configs make bench sweeps (default: the first).
 
 Nothing else: which variables are sparse comes from the types of their gradients (tf.IndexedSlices), as
 Parallax decides it; the runners, the harness, the bench and the report know a model only through this.
@@ -100,6 +101,11 @@ def from_flags(args):
 def description(model):
     """The first paragraph of the model file's docstring, on one line."""
     return " ".join((model.__doc__ or model.NAME).strip().split("\n\n")[0].split())
+
+
+def bench_configs(model):
+    """The names of the configs make bench sweeps by default."""
+    return list(getattr(model, "BENCH_CONFIGS", [next(iter(model.CONFIGS))]))
 
 
 def state_shape(model, config):

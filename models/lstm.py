@@ -78,6 +78,7 @@ CONFIGS = {
 }
 
 UNIT = "words"
+BENCH_CONFIGS = ("small", "lm1b")  # a dense-heavy and a sparse-heavy step
 
 
 def units_per_row(config):

@@ -18,7 +18,10 @@ from bench import crossover, predict, traffic
 from bench import run as bench_run
 from harness import experiments, placement
 from reporting import blocks
-import configs
+from harness import models
+
+LSTM = models.load("lstm")
+ARGS = argparse.Namespace(seed=1, data_path="")
 
 DENSE = traffic.Variable("kernel", (10, 10), "dense")         # 400 bytes
 TABLE = traffic.Variable("table", (100, 5), "sparse")         # rows of 20 bytes
@@ -36,8 +39,9 @@ def machines(*groups):
 @pytest.mark.parametrize("config, sparse", [("tiny", {"embedding"}),
                                             ("lm1b-tiny", {"embedding", "softmax_w", "softmax_b"})])
 def test_the_model_s_variables_keep_their_shapes_and_kinds(config, sparse):
-    variables = traffic.model_variables(configs.CONFIGS[config])
-    assert [(v.name, v.shape) for v in variables] == list(configs.variable_shapes(configs.CONFIGS[config]).items())
+    variables = traffic.model_variables(LSTM, LSTM.CONFIGS[config], ARGS)
+    assert [(v.name, v.shape) for v in variables] == [(name, v.shape) for name, v in
+                                                      LSTM.variables(LSTM.CONFIGS[config]).items()]
     assert {v.name for v in variables if v.kind == "sparse"} == sparse
 
 
@@ -73,7 +77,7 @@ def test_round_robin_parts_spread_the_frequent_low_ids_over_every_server():
     live on the first server; round robin ("mod", Parallax's) puts two on each."""
     step = one_step([0, 1, 2, 3])
     pushed = {}
-    for strategy in configs.PARTITION_STRATEGIES:
+    for strategy in ("div", "mod"):
         flows = traffic.flows("ps", [TABLE], step, 1, 2, partitions=2, strategy=strategy)
         pushed[strategy] = sorted((f[1], f[2]) for f in flows if f[0] == "worker0" and f[3] == traffic.EXCHANGE)
     assert pushed["div"] == [("ps0", 4 * 24), ("ps1", 0)]
@@ -154,7 +158,7 @@ def test_the_step_reads_its_variables_in_forward_order_and_has_their_gradients_i
     assert result.returncode == 0, result.stderr
     measured = json.loads(result.stdout.splitlines()[0])
     needed, ready = measured["needed"], measured["ready"]
-    assert set(needed) == set(ready) == set(configs.variable_shapes(configs.CONFIGS["tiny"]))
+    assert set(needed) == set(ready) == set(LSTM.variables(LSTM.CONFIGS["tiny"]))
     assert all(0 <= fraction < 1 for fraction in needed.values()) and measured["traced_step_seconds"] > 0
     assert all(0 < fraction <= 1 for fraction in ready.values()) and max(needed.values()) < min(ready.values())
     assert max(f for name, f in needed.items() if "softmax" not in name) < min(needed["softmax_w"], needed["softmax_b"])
@@ -314,7 +318,7 @@ def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs
 
 
 def test_greedy_placement_is_the_runners_placement():
-    variables = traffic.model_variables(configs.CONFIGS["small"])
+    variables = traffic.model_variables(LSTM, LSTM.CONFIGS["small"], ARGS)
     # run_tf.py's placement of the small config on 2 servers (printed by the runner, tested in test_tf.py)
     greedy = placement.GreedyBySize(2)
     assert [greedy.add(v.bytes) for v in variables] == [0, 1, 1, 1, 1, 1, 0]
@@ -327,12 +331,11 @@ def test_tasks_of_one_machine_cost_no_link_bytes():
 
 
 def test_touched_rows_are_the_run_s_word_ids():
-    config = configs.CONFIGS["tiny"]
-    variables = traffic.model_variables(config)
-    args = argparse.Namespace(seed=1, data_path="")
-    rows = traffic.touched_rows(config, args, variables, 2, [3])
+    config = LSTM.CONFIGS["tiny"]
+    variables = traffic.model_variables(LSTM, config, ARGS)
+    rows = traffic.touched_rows(LSTM, config, ARGS, variables, 2, [3])
     from harness import data
-    inputs, _ = data.load(args, config)(3)
+    inputs, _ = LSTM.data(config, "", 1)(3)
     for rank in range(2):
         gathered, distinct = rows.steps[0][rank]["embedding"]
         ids = inputs[data.shard(config.batch_size, rank, 2)]
@@ -341,11 +344,9 @@ def test_touched_rows_are_the_run_s_word_ids():
 
 
 def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
-    config = configs.CONFIGS["lm1b-tiny"]
-    args = argparse.Namespace(seed=1, data_path="")
-    rows = traffic.touched_rows(config, args, traffic.model_variables(config), 1, [2])
-    from harness import data
-    _, targets = data.load(args, config)(2)
+    config = LSTM.CONFIGS["lm1b-tiny"]
+    rows = traffic.touched_rows(LSTM, config, ARGS, traffic.model_variables(LSTM, config, ARGS), 1, [2])
+    _, targets = LSTM.data(config, "", 1)(2)
     gathered, distinct = rows.steps[0][0]["softmax_w"]
     assert set(targets.ravel().tolist()) <= set(distinct.tolist())
     assert len(gathered) == targets.size + config.num_sampled  # one read per target and per candidate
@@ -426,7 +427,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
     assert [(r["link"], r["runner"], r["workers"], r["ps"], r["machines"]) for r in records] == [
         (link, runner, 2, 2, 2) for link in ("100mbit", "1gbit") for runner in ("tf", "horovod")]
     for record in records:
-        assert record["scaling"] == "weak" and record["batch_size"] == 2 * configs.CONFIGS["tiny"].batch_size
+        assert record["scaling"] == "weak" and record["batch_size"] == 2 * LSTM.CONFIGS["tiny"].batch_size
         summary = json.loads((tmp_path / "results/bench" / (record["run_name"] + ".json")).read_text())
         assert summary["config"]["batch_size"] == record["batch_size"]  # the runners trained that batch
         assert record["measured_steps_counted"] == 8 and record["throughput"]["measured_steps"] == 8
@@ -457,7 +458,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         assert record["bytes_only_bound_seconds"] == pytest.approx(record["compute_seconds"]
                                                                    + record["bytes_only_network_seconds"])
         assert 0.5 < record["bytes_measured_over_predicted"] < 2
-        assert record["words_per_step"] == record["batch_size"] * configs.CONFIGS["tiny"].num_steps
+        assert record["words_per_step"] == record["batch_size"] * LSTM.CONFIGS["tiny"].num_steps
         # four tasks (two workers, two servers), each a Python with TensorFlow loaded: hundreds of MiB each
         assert 4 * 100 * 2**20 < record["tasks_peak_resident_bytes"] < 4 * 4 * 2**30
     assert "bench [4/4] 1gbit tiny horovod W=2" in result.stdout
@@ -467,7 +468,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
     predictions = read_jsonl(tmp_path / "results/bench-predict.jsonl")
     assert {(p["runner"], p["machines"]) for p in predictions} == {
         (name, m) for name in experiments.SYNCHRONOUS for m in (8, 16, 32, 48)}
-    words_per_batch = configs.CONFIGS["tiny"].words_per_batch
+    words_per_batch = models.units_per_step(LSTM, LSTM.CONFIGS["tiny"])
     for p in predictions:  # every worker computes tiny's batch in the step run.py measured here, then waits
         assert p["config"] == "tiny" and p["compute_seconds"] == records[0]["compute_seconds_one_device"]
         assert p["link"] == "100mbit"  # the first rate swept
