@@ -13,8 +13,9 @@ Per variable present in both with the same shape and dtype, a from REF and b fro
                       dtype: 0 means equal (+0 and -0 too), 1 means neighbours; null for non-float dtypes
     differing, size   how many elements have a != b, out of how many
     identical         every element equal (+0 equals -0; NaN equals NaN in the same position)
-    within_tolerance  every element equal or |a - b| <= atol + rtol * |a|; integer, boolean and string
-                      variables (step counters) only when identical
+    within_tolerance  every element equal or |a - b| <= atol + rtol * max|a|, max|a| the largest finite
+                      magnitude of the variable in REF; integer, boolean and string variables (step
+                      counters) only when identical
 A NaN or an infinity against a different value is an infinite difference (max_abs_diff, max_rel_diff and,
 for NaN, max_ulp are inf); --json writes infinities as the string "inf".
 
@@ -27,10 +28,12 @@ dict above, and non_finite(path) -> the names of variables holding NaN or infini
 CheckpointError, naming the path, for what is not a readable checkpoint.
 
 Default tolerances, rtol=1e-05 and atol=1e-07: architectures that add the same gradients in another order
-get sums that float32 rounds differently (one rounding is up to 6e-8 relative), and a few hundred SGD steps
+get sums that float32 rounds differently (one rounding is up to 6e-8 relative), and a few hundred steps
 compound those roundings; rtol=1e-5, about 80 float32 ULPs, leaves room for that, while a real divergence
-(a lost gradient shard, a wrong learning rate) is orders of magnitude larger. atol covers parameters near
-zero, where a relative bound means nothing.
+(a lost gradient shard, a wrong learning rate) is orders of magnitude larger. The bound is relative to the
+variable's largest magnitude, not to each element's: rounding noise scales with the updates a variable gets,
+so an element that an update carried near zero keeps its neighbours' noise (with Adam, whose step is about
+the learning rate whatever the gradient, such elements are common). atol covers variables that are all zero.
 
 Exit status: 0 when every OTHER is within tolerance, 1 when any differs, 2 on bad input.
 """
@@ -163,7 +166,8 @@ def _compare_floats(a, b, dtype, rtol, atol):
         finite = np.isfinite(wide_a) & np.isfinite(wide_b)
         abs_diff = np.where(unequal, np.where(finite, np.abs(wide_a - wide_b), np.inf), 0.0)
         rel_diff = np.where(unequal & finite, abs_diff / np.maximum(np.abs(wide_a), np.abs(wide_b)), abs_diff)
-        close = ~unequal | (finite & (abs_diff <= atol + rtol * np.abs(wide_a)))
+        scale = np.abs(wide_a[np.isfinite(wide_a)]).max(initial=0.0)
+        close = ~unequal | (finite & (abs_diff <= atol + rtol * scale))
         max_ulp = _max_ulp(a, b, nan_a, nan_b) if dtype.is_floating else None
     differing = int(np.count_nonzero(unequal))
     return {"max_abs_diff": float(abs_diff.max(initial=0.0)), "max_rel_diff": float(rel_diff.max(initial=0.0)),

@@ -74,6 +74,19 @@ def test_one_ulp_is_within_default_tolerance_but_not_identical(checkpoint):
     assert compare(reference, other, rtol=0, atol=0)["verdict"] == "differs"
 
 
+def test_tolerance_is_relative_to_the_variable_s_largest_magnitude(checkpoint):
+    """An element near zero may differ by the rounding noise of its variable's scale, not of its own; a
+    difference beyond that scale's rtol is outside."""
+    embedding = reference_variables()["embedding"]
+    embedding[0, 0] = 1e-4
+    scale = np.abs(embedding).max()
+    reference = checkpoint("ref", changed(embedding=embedding))
+    for name, shift, verdict in (("noise", 0.5e-5 * scale, "within_tolerance"), ("far", 2e-5 * scale, "differs")):
+        shifted = embedding.copy()
+        shifted[0, 0] += shift  # far beyond rtol of the element itself either way
+        assert compare(reference, checkpoint(name, changed(embedding=shifted)))["verdict"] == verdict
+
+
 def test_large_difference_and_step_counter_differ(checkpoint):
     embedding = reference_variables()["embedding"] + 0.5
     result = compare(checkpoint("ref", reference_variables()),
