@@ -12,7 +12,7 @@
 #   MODEL     the model: lstm (default), transformer, or a path to your model file (docs/your-model.md)
 #   CONFIG    the model's configuration (default: its first; lstm: small, tiny, medium, lm1b, ...)
 #   STEPS     training steps
-#   WARMUP    first steps left out of the throughput figures
+#   WARMUP    first steps left out of the throughput figures (50; a quarter of STEPS when that is fewer)
 #   SEED      fixes the initial parameters, the synthetic corpus and the dropout masks
 #   WORKERS   workers; run.py emulates them, which makes it the reference of a WORKERS-worker run
 #   PS        parameter-server tasks (parameter-server runners)
@@ -25,8 +25,9 @@
 #   FAULTS    make verify FAULTS=1: also kill a task of tf, horovod and parallax and resume each (verify.py)
 #   SAVE_EVERY a checkpoint every this many steps; RESUME=1 continues from the latest complete one (run
 #             targets)
-#   BENCH     make bench BENCH=quick: W = 2 on small against run.py's one device, 16 steps (minutes);
-#             BENCH=crossover: where the hybrid overtakes allgather (lm1b-sparse, W = 2, 4, 6, 8)
+#   BENCH     make bench BENCH=quick: W = 2 on the model's first config against run.py's one device, 16
+#             steps (minutes); BENCH=crossover: where the hybrid overtakes allgather (the model's most
+#             sparse-heavy config: lstm's lm1b-sparse; W = 2, 4, 6, 8)
 #   RESULTS   where the run targets write their results, each model in a directory of its own
 #             (RESULTS/lstm/, RESULTS/transformer/), and where make report reads them all (default results);
 #             REPORT where make report writes (report)
@@ -34,7 +35,8 @@
 MODEL    ?= lstm
 CONFIG   ?=
 STEPS    ?= 300
-WARMUP   ?= 50
+# A quarter of a short run: make verify CONFIG=lm1b STEPS=8 leaves 2 out, not all of them.
+WARMUP   ?= $(shell w=$$(( $(STEPS) / 4 )) 2>/dev/null; [ "$$w" -lt 50 ] 2>/dev/null && echo $$w || echo 50)
 SEED     ?= 1
 WORKERS  ?= 2
 PS       ?= 1
