@@ -11,15 +11,15 @@ synchronous one with every other (checkpoints_compare), prints a table, and writ
 
     {"config": {...}, "match": "identical" | "tolerance",
      "runs": [{"name", "expected", "command", "checkpoint", "final_loss", "throughput"}],
-     "pairs": [{"a", "b", "max_abs_diff", "max_rel_diff", "max_ulp", "identical", "within_tolerance",
-                "differing_variables", "verdict", "cause"}],
+     "pairs": [{"a", "b", "max_abs_diff", "max_scaled_diff", "max_ulp", "identical", "within_tolerance",
+                "differing_variables", "outside_tolerance", "verdict", "cause"}],
      "passed": bool}
 
 The verdict. With 2 workers (or 1) every synchronous run must be IDENTICAL to the reference, bit for bit: each
 reduction of two workers' gradients is one commutative addition, so any correct run reaches the same bits,
 and a run that does not is wrong however small the difference. With more workers, Horovod's ring adds the
-workers' dense gradients in its own order, so runs that allreduce must be within tolerance (--rtol, --atol)
-and the table names that cause. --match=identical or --match=tolerance overrides the default, and the
+workers' dense gradients in its own order, so runs that allreduce must be within tolerance (--rtol, --atol;
+by default the model's TOLERANCE) and the table names that cause. --match=identical or --match=tolerance overrides the default, and the
 output says so. Exit status 0 only when every synchronous run passes; 1 when one does not, when a run fails,
 or when a run's loss or parameters are not finite; 2 on bad input, found before the first run starts.
 
@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 import harness
-from harness import experiments, flags, launch, results, runner_flags
+from harness import experiments, flags, launch, models, results, runner_flags
 from harness.experiments import RUNS
 from harness.starters import docker
 from harness.starters.ssh import Ssh
@@ -65,10 +65,10 @@ def parse_flags(argv=None):
                          "(slurm/verify.sbatch; python -m harness.launch --help)", flag_values=parser)
     flags.DEFINE_string("docker", None, "IMAGE: every task of every run, the reference's too, in a container of its "
                         "own from this image (make docker-verify)", flag_values=parser)
-    flags.DEFINE_finite_float("rtol", checkpoints_compare.DEFAULT_RTOL, "relative tolerance (when the verdict "
-                              "allows one)", parser)
-    flags.DEFINE_finite_float("atol", checkpoints_compare.DEFAULT_ATOL, "absolute tolerance (when the verdict "
-                              "allows one)", parser)
+    flags.DEFINE_finite_float("rtol", None, "relative tolerance (when the verdict allows one; default: the "
+                              "model's TOLERANCE, or 1e-5)", parser)
+    flags.DEFINE_finite_float("atol", None, "absolute tolerance (when the verdict allows one; default: the "
+                              "model's TOLERANCE, or 1e-7)", parser)
     flags.DEFINE_enum("match", "auto", ["auto", "identical", "tolerance"], "what a synchronous run must achieve: "
                       "auto is identical with up to 2 workers and within tolerance with more", flag_values=parser)
     flags.DEFINE_list("runs", experiments.VERIFIED, "which runs, comma-separated (default: all)", flag_values=parser)
@@ -90,6 +90,8 @@ def parse_flags(argv=None):
     if args.docker:
         docker.check(args.docker)
     args.identical = args.match == "identical" or (args.match == "auto" and args.workers <= 2)
+    rtol, atol = models.tolerance(models.load(args.model))
+    args.rtol, args.atol = (rtol if args.rtol is None else args.rtol), (atol if args.atol is None else args.atol)
     for name in args.runs:  # every run's flags, checked now rather than minutes in, when the run starts
         check_run_flags(args, name)
     if args.hosts:
@@ -220,11 +222,17 @@ def judge(args, a, b, result):
     if result["identical"]:
         return True, "identical", None
     if not result["within_tolerance"]:
-        return False, "DIFFERS: " + ", ".join(differing), None
+        return False, "DIFFERS: " + named(result["outside_tolerance"]), None
     if args.identical:
-        return False, f"NOT IDENTICAL (required with {args.workers} workers): {', '.join(differing)}", None
+        return False, f"NOT IDENTICAL (required with {args.workers} workers): {named(differing)}", None
     causes = [RUNS[name].rounding for name in (a, b) if RUNS[name].rounding]
     return True, "within tolerance", causes[0] if causes else "unexplained: this pair should be identical"
+
+
+def named(variables, most=4):
+    """The first few of `variables`, and how many more."""
+    more = f" and {len(variables) - most} more" if len(variables) > most else ""
+    return ", ".join(variables[:most]) + more
 
 
 def main():
@@ -251,10 +259,12 @@ def main():
     compared = []
     for a, b in pairs:
         result = checkpoints_compare.compare(checkpoint[a], checkpoint[b], args.rtol, args.atol)
-        pair = {"a": a, "b": b, **{key: result[key] for key in ("max_abs_diff", "max_rel_diff", "max_ulp",
+        unmatched = result["missing"] + result["extra"] + [m["name"] for m in result["mismatched"]]
+        pair = {"a": a, "b": b, **{key: result[key] for key in ("max_abs_diff", "max_scaled_diff", "max_ulp",
                                                                   "identical", "within_tolerance")},
-                "differing_variables": [v["name"] for v in result["variables"] if not v["identical"]]
-                + result["missing"] + result["extra"] + [m["name"] for m in result["mismatched"]]}
+                "differing_variables": [v["name"] for v in result["variables"] if not v["identical"]] + unmatched,
+                "outside_tolerance": [v["name"] for v in result["variables"] if not v["within_tolerance"]]
+                + unmatched}
         pair["passed"], pair["verdict"], pair["cause"] = judge(args, a, b, pair)
         compared.append(pair)
     passed = all(p["passed"] is not False for p in compared)
@@ -272,9 +282,9 @@ def report(args, runs, pairs, passed):
             else f"within tolerance rtol={args.rtol:g} atol={args.atol:g}")
     print(f"\nverify: {args.config} config, {args.steps} steps, seed {args.seed}, {args.workers} workers, "
           f"{args.ps} PS; every synchronous run must be {rule}")
-    print(f"{'a':14s} {'b':14s} {'max |diff|':>11s} {'max rel':>10s} {'max ULP':>10s}  verdict")
+    print(f"{'a':14s} {'b':14s} {'max |diff|':>11s} {'of scale':>10s} {'max ULP':>10s}  verdict")
     for p in pairs:
-        print(f"{p['a']:14s} {p['b']:14s} {p['max_abs_diff']:11.3g} {p['max_rel_diff']:10.3g} "
+        print(f"{p['a']:14s} {p['b']:14s} {p['max_abs_diff']:11.3g} {p['max_scaled_diff']:10.3g} "
               f"{p['max_ulp'] if p['max_ulp'] is not None else '-':>10}  {p['verdict']}")
     causes = sorted({p["cause"] for p in pairs if p["cause"]})
     for cause in causes:

@@ -8,15 +8,15 @@ compared with REF; variables are matched by name, and none is skipped.
 
 Per variable present in both with the same shape and dtype, a from REF and b from OTHER:
     max_abs_diff      max |a - b|; an exact integer for integer variables, null for strings
-    max_rel_diff      max |a - b| / max(|a|, |b|), 0 where a == b (so 0/0 is 0)
+    max_scaled_diff   max |a - b| / max|a|, max|a| the largest finite magnitude of the variable in REF: what
+                      rtol bounds (0 when a == b; inf when they differ and max|a| is 0)
     max_ulp           max number of steps from a to b through adjacent representable values of the float
                       dtype: 0 means equal (+0 and -0 too), 1 means neighbours; null for non-float dtypes
     differing, size   how many elements have a != b, out of how many
     identical         every element equal (+0 equals -0; NaN equals NaN in the same position)
-    within_tolerance  every element equal or |a - b| <= atol + rtol * max|a|, max|a| the largest finite
-                      magnitude of the variable in REF; integer, boolean and string variables (step
+    within_tolerance  every element equal or |a - b| <= atol + rtol * max|a|; integer, boolean and string variables (step
                       counters) only when identical
-A NaN or an infinity against a different value is an infinite difference (max_abs_diff, max_rel_diff and,
+A NaN or an infinity against a different value is an infinite difference (max_abs_diff, max_scaled_diff and,
 for NaN, max_ulp are inf); --json writes infinities as the string "inf".
 
 Per checkpoint: path (the prefix read); the same three maxima over its variables; `missing` (in REF only),
@@ -98,7 +98,7 @@ def compare(reference_path, other_path, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL):
     return {"path": prefix,
             "verdict": "identical" if identical else "within_tolerance" if within_tolerance else "differs",
             "identical": identical, "within_tolerance": within_tolerance,
-            **{key: _largest(v[key] for v in variables) for key in ("max_abs_diff", "max_rel_diff", "max_ulp")},
+            **{key: _largest(v[key] for v in variables) for key in ("max_abs_diff", "max_scaled_diff", "max_ulp")},
             "missing": missing, "extra": extra, "mismatched": mismatched, "variables": variables}
 
 
@@ -165,12 +165,12 @@ def _compare_floats(a, b, dtype, rtol, atol):
         unequal = (a != b) & ~(nan_a & nan_b)
         finite = np.isfinite(wide_a) & np.isfinite(wide_b)
         abs_diff = np.where(unequal, np.where(finite, np.abs(wide_a - wide_b), np.inf), 0.0)
-        rel_diff = np.where(unequal & finite, abs_diff / np.maximum(np.abs(wide_a), np.abs(wide_b)), abs_diff)
         scale = np.abs(wide_a[np.isfinite(wide_a)]).max(initial=0.0)
         close = ~unequal | (finite & (abs_diff <= atol + rtol * scale))
         max_ulp = _max_ulp(a, b, nan_a, nan_b) if dtype.is_floating else None
     differing = int(np.count_nonzero(unequal))
-    return {"max_abs_diff": float(abs_diff.max(initial=0.0)), "max_rel_diff": float(rel_diff.max(initial=0.0)),
+    largest = float(abs_diff.max(initial=0.0))
+    return {"max_abs_diff": largest, "max_scaled_diff": _scaled(largest, scale),
             "max_ulp": max_ulp, "differing": differing, "size": int(a.size), "identical": differing == 0,
             "within_tolerance": bool(close.all())}
 
@@ -182,7 +182,7 @@ def _compare_exactly(a, b, dtype):
     pairs = list(zip(a[unequal].tolist(), b[unequal].tolist()))
     numeric = dtype.is_integer or dtype.is_bool  # strings have equality but no distance
     return {"max_abs_diff": max((abs(x - y) for x, y in pairs), default=0) if numeric else None,
-            "max_rel_diff": max((abs(x - y) / max(abs(x), abs(y)) for x, y in pairs), default=0.0)
+            "max_scaled_diff": _scaled(max((abs(x - y) for x, y in pairs), default=0), np.abs(a).max(initial=0))
             if numeric else None,
             "max_ulp": None, "differing": len(pairs), "size": int(a.size), "identical": not pairs,
             "within_tolerance": not pairs}
@@ -206,6 +206,11 @@ def _max_ulp(a, b, nan_a, nan_b):
     # The distance of two float64 can pass 2**63: subtract as uint64, exact since it stays below 2**64.
     distance = high.astype(np.uint64) - low.astype(np.uint64)
     return int(np.where(nan_a, np.uint64(0), distance).max(initial=0))
+
+
+def _scaled(difference, scale):
+    """difference / scale, where a difference from an all-zero variable is infinite."""
+    return float(difference / scale) if scale else (math.inf if difference else 0.0)
 
 
 def _largest(values):
@@ -280,8 +285,8 @@ def _json_safe(value):
 
 
 def _print_table(reference, result, rtol, atol):
-    rows = [("name", "shape", "max_abs_diff", "max_rel_diff", "max_ulp", "differing")]
-    rows += [(v["name"], str(v["shape"]), _format(v["max_abs_diff"]), _format(v["max_rel_diff"]),
+    rows = [("name", "shape", "max_abs_diff", "max_scaled_diff", "max_ulp", "differing")]
+    rows += [(v["name"], str(v["shape"]), _format(v["max_abs_diff"]), _format(v["max_scaled_diff"]),
               _format(v["max_ulp"]), f"{v['differing']}/{v['size']}") for v in result["variables"]]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     print(f"{result['path']} against {reference}")

@@ -204,7 +204,7 @@ def DEFINE_parsed(name, default, function, help, flag_values, required=False):
 
 
 def DEFINE_finite_float(name, default, help, flag_values, lower_bound=0.0):
-    """A float flag that must be finite and at least `lower_bound` (absl's bounds let nan through)."""
+    """A float flag that must be finite and at least `lower_bound` when given (absl's bounds let nan through)."""
     DEFINE_float(name, default, help, flag_values=flag_values)
-    validate(flag_values, name, lambda value: math.isfinite(value) and value >= lower_bound,
+    validate(flag_values, name, lambda value: value is None or (math.isfinite(value) and value >= lower_bound),
              f"must be a finite number >= {lower_bound:g}")

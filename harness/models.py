@@ -32,6 +32,8 @@ and optionally:
                              what throughput counts (default "examples", 1 per row; a language model's
                              "words", num_steps per row).
     BENCH_CONFIGS            the configs make bench sweeps (default: the first).
+    TOLERANCE                (rtol, atol) verify allows with more than two workers (default 1e-5, 1e-7),
+                             for a model that turns rounding into larger differences (ReLU's kinks, Adam).
 
 Nothing else: which variables are sparse comes from the types of their gradients (tf.IndexedSlices), as
 Parallax decides it; the runners, the harness, the bench and the report know a model only through this.
@@ -106,6 +108,12 @@ def description(model):
 def bench_configs(model):
     """The names of the configs make bench sweeps by default."""
     return list(getattr(model, "BENCH_CONFIGS", [next(iter(model.CONFIGS))]))
+
+
+def tolerance(model):
+    """(rtol, atol): how far verify lets a run with more than two workers be from the reference."""
+    from checkpoints_compare import DEFAULT_ATOL, DEFAULT_RTOL
+    return tuple(getattr(model, "TOLERANCE", (DEFAULT_RTOL, DEFAULT_ATOL)))
 
 
 def state_shape(model, config):

@@ -67,6 +67,9 @@ CONFIGS = {
 
 UNIT = "words"
 BENCH_CONFIGS = ("small", "base")  # a light and a heavy dense step beside the same sparse embedding
+# With more than two workers: ReLU's kinks and Adam's step (about the learning rate, whatever the gradient) turn
+# the ring's rounding into larger differences than the LSTM's; 1e-2 stays well below one lost step's.
+TOLERANCE = (1e-2, 1e-7)
 
 
 def units_per_row(config):

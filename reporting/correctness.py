@@ -19,11 +19,12 @@ def correctness_section(results):
     if verify is None:
         return blocks.section("Correctness: the trained parameters", blocks.missing(VERIFY_MISSING))
     table = blocks.table(
-        ["a", "b", "max |diff|", "max rel", "max ULP", "verdict"],
-        [[p["a"], p["b"], blocks.small(p["max_abs_diff"]), blocks.small(p["max_rel_diff"]),
+        ["a", "b", "max |diff|", "of scale", "max ULP", "verdict"],
+        [[p["a"], p["b"], blocks.small(p["max_abs_diff"]), blocks.small(p["max_scaled_diff"]),
           "-" if p["max_ulp"] is None else p["max_ulp"], p["verdict"]] for p in verify["pairs"]],
-        "Every pair of final checkpoints compared by checkpoints_compare (verify.json): the largest absolute and "
-        "relative difference over all parameters, the largest distance in units in the last place, the verdict.")
+        "Every pair of final checkpoints compared by checkpoints_compare (verify.json): the largest absolute "
+        "difference over all parameters, the largest relative to its variable's largest magnitude (what the "
+        "tolerance bounds), the largest distance in units in the last place, the verdict.")
     return blocks.section("Correctness: the trained parameters", blocks.paragraph(verdict_sentence(verify)), table,
                           blocks.bullets(explanations(results)))
 

@@ -59,7 +59,7 @@ def cli(*args):
 def test_identical(checkpoint):
     result = compare(checkpoint("ref", reference_variables()), checkpoint("same", reference_variables()))
     assert result["verdict"] == "identical" and result["identical"] and result["within_tolerance"]
-    assert (result["max_abs_diff"], result["max_rel_diff"], result["max_ulp"]) == (0, 0, 0)
+    assert (result["max_abs_diff"], result["max_scaled_diff"], result["max_ulp"]) == (0, 0, 0)
     assert [v["name"] for v in result["variables"]] == ["embedding", "global_step", "lstm_0/bias", "lstm_0/kernel"]
     assert all(v["differing"] == 0 for v in result["variables"])
 
@@ -68,7 +68,7 @@ def test_one_ulp_is_within_default_tolerance_but_not_identical(checkpoint):
     reference, other = checkpoint("ref", reference_variables()), checkpoint("ulp", one_ulp_up())
     result = compare(reference, other)
     assert result["verdict"] == "within_tolerance" and not result["identical"]
-    assert result["max_ulp"] == 1 and 0 < result["max_rel_diff"] < 1e-6
+    assert result["max_ulp"] == 1 and 0 < result["max_scaled_diff"] < 1e-6
     kernel = {v["name"]: v for v in result["variables"]}["lstm_0/kernel"]
     assert (kernel["differing"], kernel["size"], kernel["max_ulp"]) == (1, 128, 1)
     assert compare(reference, other, rtol=0, atol=0)["verdict"] == "differs"
@@ -84,7 +84,9 @@ def test_tolerance_is_relative_to_the_variable_s_largest_magnitude(checkpoint):
     for name, shift, verdict in (("noise", 0.5e-5 * scale, "within_tolerance"), ("far", 2e-5 * scale, "differs")):
         shifted = embedding.copy()
         shifted[0, 0] += shift  # far beyond rtol of the element itself either way
-        assert compare(reference, checkpoint(name, changed(embedding=shifted)))["verdict"] == verdict
+        result = compare(reference, checkpoint(name, changed(embedding=shifted)))
+        assert result["verdict"] == verdict
+        assert result["max_scaled_diff"] == pytest.approx(shift / scale, rel=1e-3)  # what rtol bounds
 
 
 def test_large_difference_and_step_counter_differ(checkpoint):
@@ -108,7 +110,7 @@ def test_nan_equals_nan_in_the_same_place_only(checkpoint):
     result = compare(reference, checkpoint("number", reference_variables()))
     bias = {v["name"]: v for v in result["variables"]}["lstm_0/bias"]
     assert result["verdict"] == "differs" and bias["differing"] == 1
-    assert bias["max_abs_diff"] == bias["max_rel_diff"] == bias["max_ulp"] == math.inf
+    assert bias["max_abs_diff"] == bias["max_scaled_diff"] == bias["max_ulp"] == math.inf
 
 
 def test_signed_zeros_and_ulps_across_zero(checkpoint):
@@ -192,7 +194,7 @@ def test_cli_json(checkpoint):
     [checked] = report["checkpoints"]
     assert checked["path"] == other and checked["verdict"] == "differs"
     assert checked["max_abs_diff"] == checked["max_ulp"] == "inf"
-    assert set(checked["variables"][0]) == {"name", "shape", "dtype", "max_abs_diff", "max_rel_diff", "max_ulp",
+    assert set(checked["variables"][0]) == {"name", "shape", "dtype", "max_abs_diff", "max_scaled_diff", "max_ulp",
                                             "differing", "size", "identical", "within_tolerance"}
 
 

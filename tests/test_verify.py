@@ -7,6 +7,8 @@ import sys
 import pytest
 
 from conftest import REPO
+import checkpoints_compare
+from harness import models
 import verify as verify_module
 
 TINY = ["--config=tiny", "--steps=30", "--warmup_steps=5", "--log_every=30"]
@@ -90,17 +92,27 @@ def test_bad_input_is_one_line_and_exit_2_before_any_run(tmp_path, assert_usage_
 
 
 def pair(identical, within_tolerance):
-    return {"identical": identical, "within_tolerance": within_tolerance, "differing_variables": ["softmax_w"]}
+    return {"identical": identical, "within_tolerance": within_tolerance,
+            "differing_variables": ["softmax_b", "softmax_w"], "outside_tolerance": [] if within_tolerance else ["softmax_w"]}
 
 
 def test_with_two_workers_a_synchronous_run_must_be_identical():
     args = verify_module.parse_flags(["--config=tiny", "--workers=2"])
     assert verify_module.judge(args, "reference", "tf", pair(True, True))[0] is True
     passed, verdict, _ = verify_module.judge(args, "reference", "horovod", pair(False, True))
-    assert passed is False and verdict.startswith("NOT IDENTICAL (required with 2 workers)")
+    assert passed is False and verdict == "NOT IDENTICAL (required with 2 workers): softmax_b, softmax_w"
     assert verify_module.judge(args, "reference", "tf-async", pair(False, False))[0] is None  # not in the verdict
     passed, verdict, _ = verify_module.judge(args, "reference", "horovod", pair(False, False))
     assert passed is False and verdict == "DIFFERS: softmax_w"
+
+
+def test_the_tolerance_is_the_model_s_unless_given():
+    assert (verify_module.parse_flags(["--model=lstm"]).rtol, verify_module.parse_flags(["--model=lstm"]).atol) == (
+        checkpoints_compare.DEFAULT_RTOL, checkpoints_compare.DEFAULT_ATOL)
+    transformer = verify_module.parse_flags(["--model=transformer"])
+    assert (transformer.rtol, transformer.atol) == models.load("transformer").TOLERANCE != (
+        checkpoints_compare.DEFAULT_RTOL, checkpoints_compare.DEFAULT_ATOL)
+    assert verify_module.parse_flags(["--model=transformer", "--rtol=0.5"]).rtol == 0.5
 
 
 def test_with_four_workers_the_tolerance_applies_and_the_cause_is_named():
