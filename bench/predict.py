@@ -57,6 +57,22 @@ PARALLAX_TRANSPORTS = {"pull": "verbs", "push": "verbs", "allreduce": "nccl", "a
 # between and add_sync_op_only_between, branch exp). No script in Parallax's repository launches its
 # TensorFlow-PS baseline: one worker a GPU, as TensorFlow's own between-graph replication runs, is assumed.
 PARALLAX_ARCHITECTURES = {"ps": "ps", "allreduce": "allreduce", "hybrid": "hybrid-local"}
+# Every input of the prediction and where it comes from; "assumed" where neither they nor we measured it.
+PARALLAX_INPUTS = (
+    ("model sizes, batch, partitions", "published: examples/lm1b (vocabulary, widths, 128 x 20 a GPU, 32 parts)"),
+    ("machines, GPUs a machine, link", "published: README (6 TITAN Xp, 100 Gbit/s InfiniBand)"),
+    ("transports of each operation", "published: run_parallax_exp.py, doc/installation.md (branch exp)"),
+    ("verbs and NCCL rates", "assumed: the link's rate"),
+    ("verbs' cost of a message", "assumed: gRPC's, measured here"),
+    ("NCCL's fixed cost of a collective", "assumed: MPI allreduce's, measured here"),
+    ("MPI allgather's rate and fixed cost", "measured here over TCP (their interface's speed is not published)"),
+    ("servers' CPU per byte (add, deduplicate, apply)", "measured here, one core of this machine"),
+    ("each part updated on a core of its own", "assumed (parallel_parts)"),
+    ("the workers' own update on their GPUs", "assumed (accelerated_workers)"),
+    ("TensorFlow-PS: one synchronous worker a GPU", "assumed: no script of theirs launches it"),
+    ("compute seconds a step", "calibrated: the hybrid at 1 machine equals its published figure"),
+)
+WITHIN, READING = 1.5, 0.05  # the count's band, and the reading error of the figure's bars
 MACHINES = (8, 16, 32, 48)  # 48: Parallax's largest cluster (8 machines of 6 GPUs)
 
 
@@ -191,8 +207,8 @@ def parallax_terms(architecture, machines, rows, costs):
 
 def parallax(args):
     """Parallax's twelve published points against the model: the compute time calibrated on exactly one, the
-    hybrid at one machine, every other constant measured here or published (PARALLAX_TRANSPORTS). Beside them,
-    the bytes-only model calibrated the same way."""
+    hybrid at one machine; every other input as PARALLAX_INPUTS says. Beside them, the bytes-only model
+    calibrated the same way."""
     measured = costs.load(args.results_dir)
     if not measured:
         raise harness.UsageError(f"no protocol costs of this machine in {args.results_dir}: run python -m "
@@ -223,9 +239,23 @@ def parallax(args):
                             "bytes_only_words_per_sec": bytes_only})
             print(f"{architecture:12s} {machines:8d} {rate:10,.0f} {figure:10,} {rate / figure:8.2f} "
                   f"{network * 1e3:7.1f} ms {update * 1e3:6.1f} ms {bytes_only / figure:10.2f}")
+    print(parallax_count(records))
+    print("inputs:\n" + "\n".join(f"  {what:48s} {source}" for what, source in PARALLAX_INPUTS))
     path = os.path.join(args.results_dir, results.PARALLAX)
     results.write_lines(path, records, "parallax point")
     print(f"-> {path}")
+
+
+def parallax_count(records):
+    """How many of the points, the calibration point left out, are within WITHIN of the published figure, and
+    how many could be given the figure's reading error."""
+    scored = [r for r in records if (r["architecture"], r["machines"]) != ("hybrid", 1)]
+    ratios = [r["predicted_words_per_sec"] / r["published_words_per_sec"] for r in scored]
+    inside = sum(1 / WITHIN <= x <= WITHIN for x in ratios)
+    reachable = sum(1 / WITHIN <= x * (1 + READING) and x * (1 - READING) <= WITHIN for x in ratios)
+    return (f"within {WITHIN}x of the published figure: {inside} of {len(scored)} points (the hybrid at 1 machine, "
+            f"the calibration point, not counted); {reachable} of {len(scored)} allowing the bars' "
+            f"+-{READING:.0%} reading")
 
 
 def main():

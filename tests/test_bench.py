@@ -385,6 +385,17 @@ def test_runs_at_once_stop_together_when_one_fails():
                                  "two") == "a\nb\n"
 
 
+def test_parallax_s_count_leaves_out_the_calibration_point_and_allows_the_reading_error():
+    def point(architecture, machines, ratio):
+        return {"architecture": architecture, "machines": machines, "predicted_words_per_sec": ratio * 1000,
+                "published_words_per_sec": 1000}
+    records = [point("hybrid", 1, 1.0), point("ps", 1, 1.4), point("ps", 2, 0.64), point("allreduce", 2, 1.52),
+               point("allreduce", 4, 1.7)]
+    assert predict.parallax_count(records).startswith(
+        "within 1.5x of the published figure: 1 of 4 points (the hybrid at 1 machine, the calibration point, not "
+        "counted); 3 of 4 allowing the bars' +-5% reading")
+
+
 def test_predict_holds_the_model_against_parallax_s_twelve_points(measured_costs):
     result = run_module("bench.predict", "--parallax", f"--results_dir={measured_costs}", cwd=measured_costs.parent)
     assert result.returncode == 0, result.stderr
