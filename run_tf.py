@@ -82,7 +82,8 @@ def main():
                 everyone = carried.gather(cluster, session, state)  # PS: every worker's rows, to the chief
                 if chief:
                     checkpoints.save(session, done, everyone)
-        training.loop(args.steps, run_step, recorder.step if chief else None, first_step, state, after_step)
+        training.loop(step_graph.steps(args.steps), run_step, recorder.step if chief else None, first_step, state,
+                      after_step)
         summary = step_graph.finish(cluster, session)
         if chief:
             recorder.finish(session, saver, placement.describe(params, kinds),

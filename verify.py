@@ -19,9 +19,10 @@ The verdict. With 2 workers (or 1) every synchronous run must be IDENTICAL to th
 reduction of two workers' gradients is one commutative addition, so any correct run reaches the same bits,
 and a run that does not is wrong however small the difference. With more workers, Horovod's ring adds the
 workers' dense gradients in its own order, so runs that allreduce must be within tolerance (--rtol, --atol;
-by default the model's TOLERANCE) and the table names that cause. --match=identical or --match=tolerance overrides the default, and the
-output says so. Exit status 0 only when every synchronous run passes; 1 when one does not, when a run fails,
-or when a run's loss or parameters are not finite; 2 on bad input, found before the first run starts.
+by default the model's TOLERANCE) and the table names that cause. --match=identical or --match=tolerance
+overrides the default, and the output says so. Exit status 0 only when every synchronous run passes; 1 when
+one does not, when a run fails, or when a run's loss or parameters are not finite; 2 on bad input, found
+before the first run starts.
 
 --faults (make verify FAULTS=1) adds tf-fault, horovod-fault and parallax-fault: each of those runs once more
 with periodic checkpoints, the launcher kills one of its tasks (a parameter server, a worker, the chief) at a

@@ -39,6 +39,8 @@ from harness.starters import netns
 from bench import costs, crossover, predict, traffic
 
 CORES = len(os.sched_getaffinity(0))
+ASYNCHRONOUS = ("asynchronous: each worker steps at its own pace, so neither the step time nor the bytes a step "
+                "compare with the model's synchronous step")
 PEAK_RESIDENT = r"^\[\S+\] .*: peak resident memory ([\d,]+) MiB$"
 
 
@@ -280,12 +282,16 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     counted = results.read_json(results.network_path(args.runs_dir, run_name))
     measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
     step = summary["throughput"]["median_step_seconds"]
-    return dict(record, run_name=run_name, throughput=summary["throughput"],
-                tasks_peak_resident_bytes=tasks_peak_resident_bytes(output),
-                measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
-                measured_steps_counted=counted["steps"],
-                bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
-                                               if sum(map(sum, predicted)) else None),
+    record = dict(record, run_name=run_name, throughput=summary["throughput"],
+                  tasks_peak_resident_bytes=tasks_peak_resident_bytes(output),
+                  measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
+                  measured_steps_counted=counted["steps"])
+    if run.asynchronous:  # the chief's steps and the others' differ in number: no step of every worker
+        unpriced = {key: None for key in terms if key != "compute_seconds"}
+        return dict(record, outside_the_model=ASYNCHRONOUS, **{**terms, **unpriced},
+                    bytes_measured_over_predicted=None, step_over_bound=None, step_over_bytes_only_bound=None)
+    return dict(record, bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
+                                                       if sum(map(sum, predicted)) else None),
                 **terms, step_over_bound=step / bound,
                 step_over_bytes_only_bound=step / terms["bytes_only_bound_seconds"])
 
@@ -311,8 +317,10 @@ def progress(i, total, record, started):
         print(f"{head}: skipped, {record['skipped']}", flush=True)
         return
     bytes_ratio = record["bytes_measured_over_predicted"]
+    against = (f" = {record['step_over_bound']:.2f} x bound ({record['step_over_bytes_only_bound']:.2f} x bytes only)"
+               if record["step_over_bound"] else f" (outside the model: {record['outside_the_model']})")
     print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, step {record['throughput']['median_step_seconds']:.3f}"
-          f" s = {record['step_over_bound']:.2f} x bound ({record['step_over_bytes_only_bound']:.2f} x bytes only)"
+          f" s{against}"
           f"{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
           f", compute {record['compute_seconds'] / record['compute_seconds_one_device']:.2f} x one device's"
           f"{' (tasks outnumber the cores)' if record['cores_shared'] else ''}; "
@@ -351,10 +359,18 @@ def group_table(records):
         lines.append(f"{runner:16s} {w:2d} {median[(runner, w)]:10,.0f} {f'[{low:,.0f}, {high:,.0f}]':>17s} "
                      f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
                      f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
-                     f"{statistics.median(r['step_over_bound'] for r in group):10.2f} "
-                     f"{statistics.median(r['step_over_bytes_only_bound'] for r in group):10.2f}")
+                     f"{median_or_dash([r['step_over_bound'] for r in group]):>10s} "
+                     f"{median_or_dash([r['step_over_bytes_only_bound'] for r in group]):>10s}")
     lines += [f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}" for r in records if "skipped" in r]
+    lines += sorted({f"  {r['runner']}: outside the model, {r['outside_the_model']}" for r in records
+                     if r.get("outside_the_model")})
     return lines
+
+
+def median_or_dash(values):
+    """The median of the known values, to two places, or "-"."""
+    known = [v for v in values if v is not None]
+    return f"{statistics.median(known):.2f}" if known else "-"
 
 
 def extrapolate(args, prepared):

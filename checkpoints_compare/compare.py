@@ -14,8 +14,8 @@ Per variable present in both with the same shape and dtype, a from REF and b fro
                       dtype: 0 means equal (+0 and -0 too), 1 means neighbours; null for non-float dtypes
     differing, size   how many elements have a != b, out of how many
     identical         every element equal (+0 equals -0; NaN equals NaN in the same position)
-    within_tolerance  every element equal or |a - b| <= atol + rtol * max|a|; integer, boolean and string variables (step
-                      counters) only when identical
+    within_tolerance  every element equal or |a - b| <= atol + rtol * max|a|; integer, boolean and string
+                      variables (step counters) only when identical
 A NaN or an infinity against a different value is an infinite difference (max_abs_diff, max_scaled_diff and,
 for NaN, max_ulp are inf); --json writes infinities as the string "inf".
 

@@ -34,6 +34,11 @@ class Run:
     fault: str = None
 
     @property
+    def asynchronous(self):
+        """Its workers step at their own paces: outside the bound, which is of a synchronous step."""
+        return self.verify == "different"
+
+    @property
     def script(self):
         return SCRIPTS[self.architecture] if self.architecture else "run.py"
 

@@ -4,15 +4,25 @@ worker per update), asynchronous, and TensorFlow's own SyncReplicasOptimizer.
     step = SynchronousStep(params, feed, objective, final_state, gradients, rank, num_workers)
     objective, state, norm, units = step.run(cluster, session, t, feed(t, state))   # the chief's; others: None
 """
+import sys
+
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from harness import gradient_queues, models, update  # noqa: E402
+from harness import gradient_queues, models, training, update  # noqa: E402
 from harness.variables import deduplicate  # noqa: E402
 
 
-class SynchronousStep:
+class Step:
+    """What every kind of step shares."""
+
+    def steps(self, steps):
+        """The steps this worker's loop may run (the run's --steps)."""
+        return steps
+
+
+class SynchronousStep(Step):
     """In step t every worker puts its gradient, tagged t, into a queue of its own (capacity 1) on the parameter
     server of each variable; the chief takes exactly one from each worker's queue, in worker order, averages
     them on that server, applies the update, and then hands every worker a token for step t + 1."""
@@ -59,9 +69,12 @@ class SynchronousStep:
         return {"mode": "sync"}
 
 
-class AsynchronousStep:
+class AsynchronousStep(Step):
     """Every worker applies the update rule to its own gradient as soon as it has it. The staleness of an
-    update is the number of updates other workers applied between its read of global_step and its own."""
+    update is the number of updates other workers applied between its read of global_step and its own.
+    The chief trains --steps steps; the other workers train until it is done, as TensorFlow's asynchronous
+    workers train until the job stops, so that every worker trains throughout the chief's measured steps
+    whatever their paces (with a fixed count each, a faster worker finishes early and leaves the rest alone)."""
 
     def __init__(self, params, feed, objective, final_state, gradients, rank, num_workers):
         self.units = models.units_per_step(feed.model, feed.config)
@@ -78,6 +91,10 @@ class AsynchronousStep:
         finished = gradient_queues.queue("finished", [tf.int32], "/job:ps/task:0", capacity=num_workers)
         self.finish_own = finished.enqueue([rank])
         self.wait_for_all = [finished.dequeue() for _ in range(num_workers)]
+        chief_done = gradient_queues.queue("chief_done", [tf.int32], "/job:ps/task:0", capacity=num_workers)
+        self.stop_others = [chief_done.enqueue([0]) for _ in range(num_workers - 1)]
+        if not self.chief:
+            self.fetches.append(chief_done.size())
         self.staleness, self.last_applied, self.started = [], 0, False
 
     def run(self, cluster, session, step, step_feed):
@@ -86,14 +103,22 @@ class AsynchronousStep:
             if self.chief:
                 cluster.run(session, self.start)
             cluster.run(session, self.wait_for_start, starting=True)
-        objective, state, norm, read, applied = cluster.run(session, self.fetches, step_feed)
+        objective, state, norm, read, applied, *chief_done = cluster.run(session, self.fetches, step_feed)
+        if chief_done and chief_done[0]:
+            raise training.Stop()
         self.staleness.append(int(applied - 1 - read))
         # The units of every update applied since this worker's previous one, its own included.
         units = int(applied - self.last_applied) * self.units // self.num_workers
         self.last_applied = applied
         return objective, state, norm, units
 
+    def steps(self, steps):
+        """The steps this worker's loop may run: the chief's --steps; the others', until the chief is done."""
+        return steps if self.chief else sys.maxsize
+
     def finish(self, cluster, session):
+        if self.chief and self.stop_others:
+            cluster.run(session, self.stop_others)
         cluster.run(session, self.finish_own)
         if not self.chief:
             return {}
@@ -120,7 +145,7 @@ class ModelRule(tf.compat.v1.train.Optimizer):
             return global_step.assign_add(1)
 
 
-class SyncReplicasStep:
+class SyncReplicasStep(Step):
     """TensorFlow's SyncReplicasOptimizer: every worker adds its clipped gradient to a conditional accumulator
     per variable on the variable's parameter server and waits for a token; the chief's queue runner takes the
     average of W gradients from each accumulator, applies it, and hands out W tokens. Not exact: a fast worker

@@ -10,15 +10,23 @@ from harness import models
 from harness.variables import StepRandom
 
 
+class Stop(Exception):
+    """Raised by a run_step to end its worker's loop early: an asynchronous worker once the chief is done."""
+
+
 def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None):
     """Runs steps `first_step` (a resumed run's) to `steps` - 1: `run_step(step, state)` runs one and returns
     (the state to carry into the next, the objective, the words trained, {more to record}); the first
     step gets `state` (None: zeros). `record(step, objective, seconds, words, **more)` (the chief's
     Recorder.step; None on other tasks) gets each step with the wall time of the whole iteration, the step's
-    session.run and the loop's own work together; then `after_step(steps done, state)` (periodic checkpoints)."""
+    session.run and the loop's own work together; then `after_step(steps done, state)` (periodic checkpoints).
+    A run_step that raises Stop ends the loop."""
     clock = time.perf_counter()
     for step in range(first_step, steps):
-        state, objective, words, more = run_step(step, state)
+        try:
+            state, objective, words, more = run_step(step, state)
+        except Stop:
+            return
         now = time.perf_counter()
         if record:
             record(step, objective, now - clock, words, **more)

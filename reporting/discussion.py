@@ -40,8 +40,11 @@ def _bench_group(config, link, points, rows):
     if not common:
         return f"{where}: the runs were measured at no common worker count, so they are not ranked."
     workers = max(common)
-    ranked = sorted((r for r in rows if (r.config, r.link, r.workers) == (config, link, workers)),
-                    key=lambda r: -r.median)
+    there = [r for r in rows if (r.config, r.link, r.workers) == (config, link, workers)]
+    ranked = sorted((r for r in there if r.bound_seconds is not None), key=lambda r: -r.median)
+    unranked = sorted(r.name for r in there if r.bound_seconds is None)
+    if not ranked:
+        return f"{where}: no run the model explains, so none is ranked."
     winner = ranked[0]
     text = (f"{where}, {workers} workers: {winner.name} is fastest at {blocks.rate(winner.median)} "
             f"{analysis.unit(rows)}"
@@ -53,6 +56,9 @@ def _bench_group(config, link, points, rows):
                      f"{blocks.ratio(other.busiest_measured / winner.busiest_measured)} {winner.name}'s "
                      f"{blocks.byte_count(winner.busiest_measured)}"
                      + (f"; its step is {other.bound}-bound" if other.bound else "") + ".")
+    if unranked:
+        text += (f" Not ranked: {', '.join(unranked)}, whose workers step at their own paces, which the model "
+                 f"(of a synchronous step) does not explain.")
     efficiency = {name: next(p.efficiency for p in ps if p.workers == workers) for name, ps in points.items()}
     text += " Scaling efficiency there: " + ", ".join(f"{n} {e:.0%}" for n, e in sorted(efficiency.items())) + "."
     return text

@@ -93,7 +93,8 @@ def test_bad_input_is_one_line_and_exit_2_before_any_run(tmp_path, assert_usage_
 
 def pair(identical, within_tolerance):
     return {"identical": identical, "within_tolerance": within_tolerance,
-            "differing_variables": ["softmax_b", "softmax_w"], "outside_tolerance": [] if within_tolerance else ["softmax_w"]}
+            "differing_variables": ["softmax_b", "softmax_w"],
+            "outside_tolerance": [] if within_tolerance else ["softmax_w"]}
 
 
 def test_with_two_workers_a_synchronous_run_must_be_identical():
