@@ -27,7 +27,8 @@
 #             targets)
 #   BENCH     make bench BENCH=quick: W = 2 on the model's first config against run.py's one device, 16
 #             steps (minutes); BENCH=crossover: where the hybrid overtakes allgather (the model's most
-#             sparse-heavy config: lstm's lm1b-sparse; W = 2, 4, 6, 8)
+#             sparse-heavy config: lstm's lm1b-sparse; W = 2, 4, 6, 8); BENCH=validate: the model against its
+#             fixed grid of cells, developed and held out (docs/validation.jsonl, about 25 minutes)
 #   RESULTS   where the run targets write their results, each model in a directory of its own
 #             (RESULTS/lstm/, RESULTS/transformer/), and where make report reads them all (default results);
 #             REPORT where make report writes (report)
@@ -114,12 +115,16 @@ verify: setup
 # BENCH=crossover: allgather against the hybrid at W = 2-8 on lm1b-sparse (RESULTS/lstm/bench-crossover.jsonl).
 bench: setup
 	$(if $(HOSTS),$(error HOSTS=: make bench emulates its machines on this one))
+ifeq ($(BENCH),validate)
+	$(PYTHON) -m bench.validate --results_dir=$(RESULTS) $(ARGS)
+else
 	$(PYTHON) -m bench.run --net=$(or $(NET),100mbit) --model=$(MODEL) $(if $(CONFIG),--configs=$(CONFIG)) \
 	    --results_dir=$(RESULTS_DIR) \
 	    $(call given,WORKERS,--workers=$(WORKERS)) $(call given,PS,--ps=$(PS)) $(if $(DELAY),--delay=$(DELAY)) \
 	    $(call given,STEPS,--steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
 	    $(call given,SEED,--seed=$(SEED)) $(if $(DATA),--data_path=$(DATA)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
 	    $(if $(filter quick,$(BENCH)),--quick) $(if $(filter crossover,$(BENCH)),--crossover) $(ARGS)
+endif
 
 bench-overhead: setup
 	$(if $(HOSTS),$(error HOSTS=: bench-overhead measures run.py on this machine only))

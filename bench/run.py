@@ -39,8 +39,8 @@ from harness.starters import netns
 from bench import costs, crossover, predict, traffic
 
 CORES = len(os.sched_getaffinity(0))
-ASYNCHRONOUS = ("asynchronous: each worker steps at its own pace, so neither the step time nor the bytes a step "
-                "compare with the model's synchronous step")
+ASYNCHRONOUS = ("asynchronous: each worker steps at its own pace, so the step time does not compare with the "
+                "model's synchronous step; the bytes are predicted for the workers' paces")
 PEAK_RESIDENT = r"^\[\S+\] .*: peak resident memory ([\d,]+) MiB$"
 
 
@@ -231,10 +231,15 @@ def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machin
                                                  needed=trace["needed"], ready=ready)
     _, bytes_only_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                                byte_rate, partitions)
+    # The interval: the whole network time beside the computation (perfect overlap), and after it (none).
+    _, whole_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte_rate,
+                                          partitions, costs=args.costs)
     background = traffic.background_seconds(architecture, compute_term, num_workers, args.costs)
+    computing = compute_term + background + update
     return predicted, {"compute_seconds": compute_term,
                        "background_seconds": background, "network_seconds": network, "update_seconds": update,
-                       "bound_seconds": compute_term + background + network + update,
+                       "bound_seconds": computing + network,
+                       "lower_seconds": max(computing, whole_network), "upper_seconds": computing + whole_network,
                        "exchange_overlaps_compute": ready is not None,
                        "bytes_only_network_seconds": bytes_only_network,
                        "bytes_only_bound_seconds": compute_term + bytes_only_network}
@@ -286,14 +291,27 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                   tasks_peak_resident_bytes=tasks_peak_resident_bytes(output),
                   measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
                   measured_steps_counted=counted["steps"])
-    if run.asynchronous:  # the chief's steps and the others' differ in number: no step of every worker
+    if run.asynchronous:  # the workers' steps differ in number: no step of every worker to bound
+        paces = worker_paces(summary["updates_by_worker"], counted["from_step"], counted["to_step"])
+        predicted = traffic.paced_link_bytes(run.traffic, variables, rows, num_workers, num_ps, machine_of, paces,
+                                             partitions)
         unpriced = {key: None for key in terms if key != "compute_seconds"}
-        return dict(record, outside_the_model=ASYNCHRONOUS, **{**terms, **unpriced},
-                    bytes_measured_over_predicted=None, step_over_bound=None, step_over_bytes_only_bound=None)
+        return dict(record, outside_the_model=ASYNCHRONOUS, **{**terms, **unpriced}, worker_paces=paces,
+                    predicted_bytes_per_step=[{"sent": s, "received": r} for s, r in predicted],
+                    bytes_measured_over_predicted=sum(map(sum, measured)) / sum(map(sum, predicted)),
+                    step_over_bound=None, step_over_bytes_only_bound=None, inside_interval=None)
     return dict(record, bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
                                                        if sum(map(sum, predicted)) else None),
                 **terms, step_over_bound=step / bound,
+                inside_interval=terms["lower_seconds"] <= step <= terms["upper_seconds"],
                 step_over_bytes_only_bound=step / terms["bytes_only_bound_seconds"])
+
+
+def worker_paces(updates_by_worker, from_step, to_step):
+    """Each worker's updates per chief step over the chief's steps from_step + 1 to to_step (an asynchronous
+    run's summary: every worker's count after each chief step)."""
+    counts = {entry["after_step"]: entry["counts"] for entry in updates_by_worker}
+    return [(end - begin) / (to_step - from_step) for begin, end in zip(counts[from_step], counts[to_step])]
 
 
 def protocol_costs(args):
@@ -344,7 +362,7 @@ def group_table(records):
     lines = [f"\n{records[0]['config']}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one "
              f"device (run.py): {base:,.0f} {unit}",
              f"{'runner':16s} {'W':>2s} {unit:>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
-             f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'bytes only':>10s}"]
+             f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'bytes only':>10s} {'in interval':>11s}"]
     rows = {}
     for r in records:
         if "skipped" not in r:
@@ -360,11 +378,18 @@ def group_table(records):
                      f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
                      f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
                      f"{median_or_dash([r['step_over_bound'] for r in group]):>10s} "
-                     f"{median_or_dash([r['step_over_bytes_only_bound'] for r in group]):>10s}")
+                     f"{median_or_dash([r['step_over_bytes_only_bound'] for r in group]):>10s} "
+                     f"{inside_count([r.get('inside_interval') for r in group]):>11s}")
     lines += [f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}" for r in records if "skipped" in r]
     lines += sorted({f"  {r['runner']}: outside the model, {r['outside_the_model']}" for r in records
                      if r.get("outside_the_model")})
     return lines
+
+
+def inside_count(values):
+    """How many of the runs' steps fell inside their interval, of how many have one: "2/3", or "-"."""
+    known = [v for v in values if v is not None]
+    return f"{sum(known)}/{len(known)}" if known else "-"
 
 
 def median_or_dash(values):

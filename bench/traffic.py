@@ -181,6 +181,25 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     return found
 
 
+def paced_link_bytes(architecture, variables, rows, num_workers, num_ps, machine_of, paces, partitions=1,
+                     strategy="mod"):
+    """Each machine's (sent, received) bytes per chief step of an asynchronous run in which worker w takes
+    paces[w] steps per chief step: each worker's own flows (every flow of a PS step is one worker's), in
+    proportion, averaged over the sampled steps of `rows`."""
+    per_step = []
+    for step in rows.steps or [None]:
+        found = flows(architecture, variables, step, num_workers, num_ps, partitions, strategy=strategy)
+        own = [link_bytes([f for f in found if f"worker{w}" in f[:2]], machine_of) for w in range(num_workers)]
+        per_step.append([tuple(sum(pace * worker[m][k] for pace, worker in zip(paces, own)) for k in (0, 1))
+                         for m in range(len(own[0]))])
+    return _mean_per_machine(per_step)
+
+
+def _mean_per_machine(per_step):
+    """[(sent, received)] of each machine, averaged over steps' [(sent, received)]."""
+    return [tuple(float(np.mean([s[m][k] for s in per_step])) for k in (0, 1)) for m in range(len(per_step[0]))]
+
+
 def link_bytes(step_flows, machine_of, phase=None):
     """[(bytes sent, bytes received)] of each machine's link for `step_flows` (those of `phase` only, if
     given); `machine_of[task]` is the machine index of each task. Flows between tasks of one machine stay on
@@ -438,6 +457,4 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
     update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs,
                              list(groups.values()))
               for step in steps]
-    return ([tuple(float(np.mean([s[m][k] for s in per_machine])) for k in (0, 1))
-             for m in range(len(per_machine[0]))],
-            float(np.mean(network)), float(np.mean(update)))
+    return _mean_per_machine(per_machine), float(np.mean(network)), float(np.mean(update))

@@ -82,11 +82,15 @@ class AsynchronousStep(Step):
         # Counts applied updates; on a parameter server (created in the caller's replica_device_setter scope).
         global_step = tf.compat.v1.get_variable("global_step", [], tf.int64, tf.zeros_initializer(),
                                                 trainable=False)
+        # Each worker's updates: how many steps of each the chief's measured steps saw (make bench's bytes).
+        by_worker = tf.compat.v1.get_variable("updates_by_worker", [num_workers], tf.int64, tf.zeros_initializer(),
+                                              trainable=False)
         read_step = global_step.read_value()
         train_op, global_norm = update.update(params, gradients, feed.learning_rate, feed.step)
         with tf.control_dependencies([train_op]):
             applied_step = global_step.assign_add(1)
-        self.fetches = [objective, final_state, global_norm, read_step, applied_step]
+            counted = by_worker.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), tf.constant([rank])))
+        self.fetches = [objective, final_state, global_norm, read_step, applied_step, counted]
         self.start, self.wait_for_start = gradient_queues.start_gate(rank, num_workers)
         finished = gradient_queues.queue("finished", [tf.int32], "/job:ps/task:0", capacity=num_workers)
         self.finish_own = finished.enqueue([rank])
@@ -95,7 +99,7 @@ class AsynchronousStep(Step):
         self.stop_others = [chief_done.enqueue([0]) for _ in range(num_workers - 1)]
         if not self.chief:
             self.fetches.append(chief_done.size())
-        self.staleness, self.last_applied, self.started = [], 0, False
+        self.staleness, self.last_applied, self.started, self.updates_by_worker = [], 0, False, []
 
     def run(self, cluster, session, step, step_feed):
         if not self.started:  # (a resumed run's first step is not step 0)
@@ -103,10 +107,12 @@ class AsynchronousStep(Step):
             if self.chief:
                 cluster.run(session, self.start)
             cluster.run(session, self.wait_for_start, starting=True)
-        objective, state, norm, read, applied, *chief_done = cluster.run(session, self.fetches, step_feed)
+        objective, state, norm, read, applied, by_worker, *chief_done = cluster.run(session, self.fetches, step_feed)
         if chief_done and chief_done[0]:
             raise training.Stop()
         self.staleness.append(int(applied - 1 - read))
+        if self.chief:
+            self.updates_by_worker.append({"after_step": step + 1, "counts": by_worker.tolist()})
         # The units of every update applied since this worker's previous one, its own included.
         units = int(applied - self.last_applied) * self.units // self.num_workers
         self.last_applied = applied
@@ -125,7 +131,8 @@ class AsynchronousStep(Step):
         cluster.run(session, self.wait_for_all, timeout=600)  # the checkpoint holds every worker's updates
         return {"mode": "async", "staleness": {"chief_mean": float(np.mean(self.staleness)),
                                                "chief_max": max(self.staleness),
-                                               "chief_histogram": np.bincount(self.staleness).tolist()}}
+                                               "chief_histogram": np.bincount(self.staleness).tolist()},
+                "updates_by_worker": self.updates_by_worker}
 
 
 class ModelRule(tf.compat.v1.train.Optimizer):

@@ -58,6 +58,8 @@ FIELDS = {
                             "bound_seconds"], "throughput": THROUGHPUT},
     "prediction": {"": ["runner", "config", "workers", "machines", "link", "words_per_sec"]},
     "parallax point": {"": ["architecture", "machines", "predicted_words_per_sec", "published_words_per_sec"]},
+    "validation cell": {"": ["set", "model", "config", "runner", "workers", "link", "date", "commit", "step_seconds",
+                             "lower_seconds", "point_seconds", "upper_seconds"]},
 }
 
 

@@ -57,8 +57,8 @@ def _bench_group(config, link, points, rows):
                      f"{blocks.byte_count(winner.busiest_measured)}"
                      + (f"; its step is {other.bound}-bound" if other.bound else "") + ".")
     if unranked:
-        text += (f" Not ranked: {', '.join(unranked)}, whose workers step at their own paces, which the model "
-                 f"(of a synchronous step) does not explain.")
+        text += (f" Not ranked: {', '.join(unranked)}, whose workers step at their own paces, which the bound "
+                 f"(of a synchronous step) does not price.")
     efficiency = {name: next(p.efficiency for p in ps if p.workers == workers) for name, ps in points.items()}
     text += " Scaling efficiency there: " + ", ".join(f"{n} {e:.0%}" for n, e in sorted(efficiency.items())) + "."
     return text

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, pdf_text, read_jsonl, run_module, without_spaces
-from bench import crossover, predict, traffic
+from bench import crossover, predict, traffic, validate
 from bench import run as bench_run
 from harness import experiments, placement
 from reporting import blocks
@@ -70,6 +70,38 @@ def test_a_parameter_server_worker_pulls_what_it_gathers_and_pushes_its_distinct
     assert sent[("ps0", "worker0")] == 400 + 3 * 20             # the dense variable, and every gathered row
     assert sent[("worker0", "ps0")] == 400 + 3 * 4 + 2 * 24     # its gradient; the ids; two distinct rows
     assert sent[("worker1", "ps0")] == 400 + 1 * 4 + 1 * 24
+
+
+def test_asynchronous_bytes_weigh_each_worker_s_flows_by_its_pace():
+    """Every flow of a PS step is one worker's: at equal paces the bytes are a synchronous step's, and a worker
+    that took no step in the window moved nothing."""
+    rows = traffic.Rows([one_step([7, 7, 8], [9])])
+    placement_of = machines(["worker0", "ps0"], ["worker1", "ps1"])
+    synchronous, _, _ = traffic.predict("ps", [DENSE, TABLE], rows, 2, 2, placement_of, 100.0, partitions=2)
+    assert traffic.paced_link_bytes("ps", [DENSE, TABLE], rows, 2, 2, placement_of, [1, 1], 2) == synchronous
+    worker0 = [f for f in traffic.flows("ps", [DENSE, TABLE], rows.steps[0], 2, 2, 2) if "worker0" in f[:2]]
+    alone = traffic.link_bytes(worker0, placement_of)
+    assert traffic.paced_link_bytes("ps", [DENSE, TABLE], rows, 2, 2, placement_of, [3, 0], 2) == [
+        (3 * s, 3 * r) for s, r in alone] != synchronous
+
+
+def test_validation_scores_each_set_by_its_interval_and_its_median_error():
+    def cell(set_name, step, lower, point, upper):
+        return {"set": set_name, "model": "m", "runner": "tf", "workers": 2, "link": "1gbit", "step_seconds": step,
+                "lower_seconds": lower, "point_seconds": point, "upper_seconds": upper}
+    cells = [cell("developed", 1.0, 0.5, 1.0, 2.0), cell("held-out", 1.1, 0.5, 1.0, 2.0),
+             cell("held-out", 0.9, 0.95, 1.0, 2.0), cell("held-out", 2.0, 0.5, 1.0, 2.0)]
+    lines = validate.score(cells)
+    assert [line.split()[-1] for line in lines[1:5]] == ["yes", "yes", "NO", "yes"]
+    assert lines[-2] == "developed: 1 of 1 inside their interval; median |log(measured / point)| 0.000"
+    assert lines[-1] == (f"held-out: 2 of 3 inside their interval; median |log(measured / point)| "
+                         f"{abs(np.log(0.9)):.3f}")
+
+
+def test_worker_paces_are_each_worker_s_updates_per_chief_step_in_the_window():
+    counts = [{"after_step": 1, "counts": [1, 0]}, {"after_step": 2, "counts": [2, 3]},
+              {"after_step": 4, "counts": [4, 4]}]
+    assert bench_run.worker_paces(counts, 2, 4) == [1.0, 0.5]
 
 
 def test_round_robin_parts_spread_the_frequent_low_ids_over_every_server():
@@ -371,6 +403,21 @@ def test_predict_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, 
                             env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
     assert_usage_error(result, named)
     assert not (tmp_path / "results").exists()
+
+
+def test_validate_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
+    assert_usage_error(run_module("bench.validate", "--sets=developed,nope", cwd=tmp_path), "--sets")
+
+
+def test_the_kept_validation_records_score(tmp_path):
+    """Every figure docs/bench.md states of the validation comes from docs/validation.jsonl; scoring it needs
+    nothing else."""
+    result = run_module("bench.validate", "--score", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    kept = read_jsonl(os.path.join(REPO, "docs", "validation.jsonl"))
+    assert {c["set"] for c in kept} == set(validate.SETS)
+    for set_name in validate.SETS:
+        assert f"{set_name}: " in result.stdout
 
 
 def test_runs_at_once_stop_together_when_one_fails():

@@ -59,6 +59,14 @@ def test_asynchronous_training_trains_differs_and_reports_staleness(runs):
     histogram = staleness["chief_histogram"]  # histogram[s]: the chief's updates that were s updates stale
     assert sum(histogram) == 40 and len(histogram) == staleness["chief_max"] + 1 and histogram[-1] > 0
     assert staleness["chief_mean"] == pytest.approx(np.dot(np.arange(len(histogram)), histogram) / 40)
+    # every worker's updates after each of the chief's steps: the chief's own is its step count, and the
+    # staleness of its updates is the others' updates in between
+    counted = summary["updates_by_worker"]
+    assert [c["after_step"] for c in counted] == list(range(1, 41))
+    assert [c["counts"][0] for c in counted] == list(range(1, 41))
+    assert all(a <= b for before, after in zip(counted, counted[1:])
+               for a, b in zip(before["counts"], after["counts"]))
+    assert sum(counted[-1]["counts"]) - 40 >= staleness["chief_mean"] * 40  # the other worker's, in between
     losses = [r["loss"] for r in read_jsonl(work / "results/async.jsonl")]
     assert np.mean(losses[-10:]) < losses[0] - 0.5
     reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / "ckpt/async")

@@ -1,0 +1,97 @@
+"""make bench BENCH=validate: the performance model held against a fixed grid of runs, its records kept in the
+repository (docs/validation.jsonl) so that every figure docs/bench.md states can be recomputed.
+
+    python -m bench.validate                        # both sets
+    python -m bench.validate --sets=held-out        # one
+    python -m bench.validate --score                # only print the scores of the kept records
+
+Two sets of cells. "developed": the LSTM's small config, the cells the model's terms were developed against.
+"held-out": the Transformer, which no term of the model was developed or tuned on: scored, never fitted. Per
+cell it prints the measured step against the point estimate and whether it fell inside the interval
+[lower, upper]; per set, how many fell inside and the median |log(measured / point)|.
+"""
+import datetime
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import harness
+from harness import flags, results
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEPT = os.path.join(REPO, "docs", "validation.jsonl")
+RUNNERS = "tf,horovod,horovod-dense,parallax"
+# (model, config, runners, worker counts, links) of each group of cells; each group is one bench.run sweep.
+SETS = {
+    "developed": [("lstm", "small", RUNNERS, "2,4", "1gbit,10gbit")],
+    "held-out": [("transformer", "small", RUNNERS, "2,4", "100mbit,1gbit")],
+}
+STEPS, WARMUP = 24, 4  # the bench's default
+
+
+def run_group(model, config, runners, workers, links, results_dir):
+    """One bench.run sweep of a group of cells; returns its records."""
+    out = os.path.join(results_dir, "validate", model)
+    command = [sys.executable, "-m", "bench.run", f"--model={model}", f"--configs={config}", f"--runners={runners}",
+               f"--workers={workers}", f"--net={links}", f"--steps={STEPS}", f"--warmup_steps={WARMUP}",
+               f"--results_dir={out}"]
+    print("bench.validate: " + " ".join(command[1:]), flush=True)
+    if subprocess.run(command, cwd=REPO).returncode:
+        raise SystemExit(f"bench.validate: the sweep of {model} {config} failed (its output above)")
+    return [record for _, record in results.read_lines(os.path.join(out, results.BENCH), "bench")]
+
+
+def cell(set_name, model, record, commit, date):
+    """The kept line of one run: what it measured against the model's interval and point."""
+    return {"set": set_name, "model": model, "config": record["config"], "runner": record["runner"],
+            "workers": record["workers"], "link": record["link"], "date": date, "commit": commit,
+            "step_seconds": record["throughput"]["median_step_seconds"], "lower_seconds": record["lower_seconds"],
+            "point_seconds": record["bound_seconds"], "upper_seconds": record["upper_seconds"],
+            "bytes_measured_over_predicted": record["bytes_measured_over_predicted"]}
+
+
+def score(cells):
+    """Lines: each cell's measured / point and whether it is inside, then each set's count and median error."""
+    lines = [f"{'set':9s} {'model':11s} {'runner':14s} {'W':>2s} {'link':8s} {'step s':>7s} {'m/point':>7s} "
+             f"{'interval':>15s}  inside"]
+    for c in cells:
+        inside = c["lower_seconds"] <= c["step_seconds"] <= c["upper_seconds"]
+        lines.append(f"{c['set']:9s} {c['model']:11s} {c['runner']:14s} {c['workers']:2d} {c['link']:8s} "
+                     f"{c['step_seconds']:7.3f} {c['step_seconds'] / c['point_seconds']:7.2f} "
+                     f"{c['lower_seconds']:7.3f}-{c['upper_seconds']:<7.3f}  {'yes' if inside else 'NO'}")
+    for set_name in SETS:
+        chosen = [c for c in cells if c["set"] == set_name]
+        if chosen:
+            inside = sum(c["lower_seconds"] <= c["step_seconds"] <= c["upper_seconds"] for c in chosen)
+            error = statistics.median(abs(math.log(c["step_seconds"] / c["point_seconds"])) for c in chosen)
+            lines.append(f"{set_name}: {inside} of {len(chosen)} inside their interval; median |log(measured / "
+                         f"point)| {error:.3f}")
+    return lines
+
+
+def main():
+    parser = flags.parser("bench.validate", __doc__)
+    flags.DEFINE_list("sets", list(SETS), "which sets of cells to run", flag_values=parser)
+    flags.DEFINE_boolean("score", False, "only score the kept records (docs/validation.jsonl)", flag_values=parser)
+    args = flags.parse(parser)
+    unknown = [name for name in args.sets if name not in SETS]
+    if unknown:
+        raise harness.UsageError(f"--sets: unknown {', '.join(unknown)} (known: {', '.join(SETS)})")
+    kept = [record for _, record in results.read_lines(KEPT, "validation cell")] if os.path.exists(KEPT) else []
+    if not args.score:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=REPO).stdout.strip()
+        date = datetime.date.today().isoformat()
+        fresh = [cell(name, model, record, commit, date) for name in args.sets
+                 for model, *group in SETS[name] for record in run_group(model, *group, args.results_dir)
+                 if "skipped" not in record]
+        kept = [c for c in kept if c["set"] not in args.sets] + fresh
+        results.write_lines(KEPT, kept, "validation cell")
+    print("\n".join(score(kept)))
+    return 0
+
+
+if __name__ == "__main__":
+    harness.main(main)
