@@ -11,16 +11,19 @@ Protocols, each between two machines of an emulated cluster (harness/starters/ne
 shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs on both):
     grpc    TensorFlow's gRPC runtime: a worker's pull of a parameter server's variable and push to it
     gloo    Horovod's Gloo allreduce and allgather between two ranks, and the CPU its background thread takes
-            and the bytes it sends per second when the ranks are idle (it coordinates them every cycle)
+            while the ranks are idle (it coordinates them every cycle)
     mpi     Horovod's MPI allreduce and allgather between two ranks under mpirun, over TCP on loopback (mpirun
             starts its ranks on this machine's network, so not between namespaces; -mca btl tcp,self as
             Parallax's experiments ran MPI between machines)
     mpi-local  the same through shared memory (-mca btl vader,self): MPI between the ranks of one machine
 Each is fitted as seconds = fixed + wire bytes / rate through the smallest and the largest size's medians, with
 the CPU seconds the whole machine spends per byte a rank sends at the largest size (both ends share it);
-gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Rows, in this
-process on one core: deduplicating a sparse gradient (harness.variables.deduplicate), applying distinct rows
-with Adagrad (lm1b's rule) and adding dense gradients, each per byte of rows; densifying a sparse
+gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Then gRPC (a
+pull and a push at once) and Gloo again over a link shaped at SHAPED (the emulated cluster's htb): the rate
+each carries there in each direction, over the link's, is the share of a shaped link its payload gets (headers
+and acknowledgements take the rest).
+Rows, in this process on one core: deduplicating a sparse gradient (harness.variables.deduplicate), applying
+distinct rows with Adagrad (lm1b's rule) and adding dense gradients, each per byte of rows; densifying a sparse
 gradient into its table (tf.convert_to_tensor, as --sparse_as_dense does) and applying a dense gradient to a
 whole table, each per byte of the table.
 """
@@ -45,8 +48,10 @@ from bench import protocol_probe
 PROBE = os.path.abspath(protocol_probe.__file__)
 COSTS = "bench-costs.json"
 SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 << 18]}
-FORMAT = 2  # what a record holds: 2 added the CPU per byte, the collectives' background and the dense update
+SHAPED = "100mbit"  # the link rate the payload's share is measured at
+SHAPED_SIZES = {"full": [1 << 18, 1 << 20], "quick": [1 << 18, 1 << 20]}  # both beyond htb's bucket
 IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
+FORMAT = 4  # what a record holds: 4 has the payload's share of a shaped link, both directions loaded
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
 
 
@@ -84,8 +89,8 @@ def run_probe(probe_tasks, starter, timings_file):
     return timings
 
 
-def probe_flags(args, probe):
-    return [f"--probe={probe}", f"--sizes={','.join(map(str, args.sizes))}", f"--repeats={args.repeats}",
+def probe_flags(args, probe, sizes=None):
+    return [f"--probe={probe}", f"--sizes={','.join(map(str, sizes or args.sizes))}", f"--repeats={args.repeats}",
             f"--idle_seconds={args.idle_seconds}", f"--timings_file={timings_file(args, probe)}"]
 
 
@@ -93,14 +98,14 @@ def timings_file(args, probe):
     return os.path.abspath(os.path.join(args.results_dir, f"bench-costs-{probe}.json"))
 
 
-def measure_grpc_and_gloo(args):
-    """gRPC and Gloo between the two machines of an unshaped emulated cluster."""
+def measure_grpc_and_gloo(args, link=None, sizes=None):
+    """gRPC and Gloo between the two machines of an emulated cluster whose link is `link` (None: unshaped)."""
     env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
-    with netns.EmulatedCluster(2, None) as cluster:
+    with netns.EmulatedCluster(2, link) as cluster:
         cluster.join_switch()  # Horovod's rendezvous, in this process, must be reachable from the machines
         starter = netns.NetnsProcess(cluster)
         first, second = cluster.addresses
-        grpc_tasks = launch.parameter_server_tasks(os.path.relpath(PROBE, launch.REPO), probe_flags(args, "grpc"),
+        grpc_tasks = launch.parameter_server_tasks(os.path.relpath(PROBE, launch.REPO), probe_flags(args, "grpc", sizes),
                                                    launch.with_ports([first], starter),
                                                    launch.with_ports([second], starter))
         for task in grpc_tasks:
@@ -108,8 +113,7 @@ def measure_grpc_and_gloo(args):
         grpc = run_probe(grpc_tasks, starter, timings_file(args, "grpc"))
         environments, stop_rendezvous = launch.horovod_environments([first, second], netns.INTERFACE)
         try:
-            gloo = run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective"),
-                                                        f"--interface={netns.INTERFACE}"],
+            gloo = run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective", sizes)],
                                          {**env, **environments[r]}, host) for r, host in enumerate([first, second])],
                              starter, timings_file(args, "collective"))
         finally:
@@ -140,8 +144,8 @@ def fit_with_cpu(timings, operation, ranks):
 
 
 def protocols(grpc, collectives):
-    """The fitted protocols from the probes' timings; gRPC's cost of a message from its pull of many small
-    tensors in one run against one (their sizes say how many)."""
+    """The fitted protocols from the probes' timings on an unshaped link; gRPC's cost of a message from its pull
+    of many small tensors in one run against one (their sizes say how many)."""
     (one_size, one), = grpc["pull_one_small"].items()
     (many_size, many), = grpc["pull_many_small"].items()
     tensors = int(many_size) // int(one_size)
@@ -150,9 +154,24 @@ def protocols(grpc, collectives):
     for name, timings in collectives.items():
         found[name] = {operation: fit_with_cpu(timings, operation, 2) for operation in ("allreduce", "allgather")}
         found[name]["background_cpu_share"] = float(np.median(timings["background_cpu_share"]))
-        rates = timings["coordination_bytes_per_second"]  # counted between namespaces only (Gloo's probe)
-        found[name]["coordination_bytes_per_second"] = float(np.median(rates)) if rates else None
     return found
+
+
+def payload_shares(grpc, gloo, link):
+    """{transport: {quantile: its payload's share of `link`}}: the rate it carries bytes at over the link in
+    each direction at once, over the link's rate: the larger size over its p16, median and p84 time less the
+    fitted fixed cost (the fast end, the middle and the slow end of the link's delivery). gRPC's pull and push
+    at once, Gloo's collectives (each rank sends and receives): every run loads both directions of its links,
+    and the acknowledgements of what a machine receives share what it sends."""
+    fitted = {"grpc": grpc["pull_and_push"], **{f"gloo {operation}": gloo[operation]
+                                                 for operation in ("allreduce", "allgather")}}
+    shares = {}
+    for name, timings in fitted.items():
+        line = fit(timings)
+        large = line["points"][-1]
+        shares[name] = {q: min(large["size"] / (link.bits_per_second / 8)
+                               / max(large[q] - line["fixed_seconds"], 1e-9), 1.0) for q in ("p16", "median", "p84")}
+    return shares
 
 
 def measure_rows(args):
@@ -193,6 +212,9 @@ def measure_rows(args):
 def measure(args):
     cpus = os.sched_getaffinity(0)
     grpc, gloo = measure_grpc_and_gloo(args)
+    shaped = netns.Link.parse(SHAPED)
+    shares = payload_shares(*measure_grpc_and_gloo(args, shaped, SHAPED_SIZES["quick" if args.quick else "full"]),
+                            shaped)
     collectives = {"gloo": gloo, **({name: measure_mpi(args, name) for name in MPI_TRANSPORTS} if args.mpi else {})}
     os.sched_setaffinity(0, {min(cpus)})
     try:
@@ -200,7 +222,8 @@ def measure(args):
     finally:
         os.sched_setaffinity(0, cpus)
     return {"machine": environment.machine(), "format": FORMAT, "sizes": args.sizes, "repeats": args.repeats,
-            "protocols": protocols(grpc, collectives), "rows": rows}
+            "protocols": protocols(grpc, collectives), "shaped_link": {"link": SHAPED, "payload_shares": shares},
+            "rows": rows}
 
 
 def load(results_dir):
@@ -224,10 +247,12 @@ def describe(costs):
         if "message_seconds" in operations:
             lines.append(f"{name:10s} {'message':11s} {'':27s}{operations['message_seconds'] * 1e6:9.1f} us")
         if "background_cpu_share" in operations:
-            sent = operations["coordination_bytes_per_second"]
             lines.append(f"{name:10s} {'background':11s} {operations['background_cpu_share']:.3f} of a core per rank "
-                         f"while idle (Horovod's background thread)"
-                         + ("" if sent is None else f", sending {sent / 1e3:.0f} kB/s"))
+                         f"while idle (Horovod's background thread)")
+    shaped = costs["shaped_link"]
+    lines.append(f"payload's share of a link shaped at {shaped['link']} (fast end, median, slow end): " + ", ".join(
+        f"{name} {share['p16']:.2f} {share['median']:.2f} {share['p84']:.2f}"
+        for name, share in shaped["payload_shares"].items()))
     lines.append("rows (one core)  seconds per GB of rows: " + ", ".join(
         f"{name} {r['seconds_per_byte'] * 1e9:.2f} [{r['p16'] / r['bytes'] * 1e9:.2f}, {r['p84'] / r['bytes'] * 1e9:.2f}]"
         for name, r in costs["rows"].items()))
@@ -245,8 +270,8 @@ def main():
     if args.mpi:
         mpirun.check()
     args.sizes = SIZES["quick" if args.quick else "full"]
-    args.idle_seconds = IDLE_SECONDS["quick" if args.quick else "full"]
     args.repeats = 5 if args.quick else args.repeats
+    args.idle_seconds = IDLE_SECONDS["quick" if args.quick else "full"]
     costs = measure(args)
     print(describe(costs))
     path = os.path.join(args.results_dir, COSTS)

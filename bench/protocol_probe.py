@@ -1,13 +1,13 @@
 """One task of bench/costs.py's protocol measurements, started by it in an emulated cluster of two machines
-on an unshaped link (or under mpirun), timing the real engines:
+(or under mpirun), timing the real engines:
 
     --probe=grpc        ps0 holds variables; worker0 times, through TensorFlow's gRPC runtime, a pull (a read of
                         a ps0 variable into one of its own) and a push (an assignment of its own tensor to a ps0
-                        variable) of each of --sizes bytes, and a pull of --tensors small tensors in one run
+                        variable) of each of --sizes bytes, both at once, and a pull of --tensors small tensors
+                        in one run
     --probe=collective  every rank times Horovod's allreduce (sum) and allgather of each of --sizes bytes per
                         rank (Gloo; Horovod's MPI operations when started by mpirun), then measures the CPU its
-                        background thread takes while the rank does nothing else (--idle_seconds), and the
-                        bytes it sends then on --interface
+                        background thread takes while the rank does nothing else (--idle_seconds)
 
 Each timing is --repeats session.runs after one untimed run; worker0 (rank 0) writes them all to
 --timings_file as {operation: {size in bytes: [seconds, ...]}}, which bench/costs.py reads (a file: mpirun
@@ -37,8 +37,6 @@ def parse_flags():
     flags.DEFINE_integer("repeats", 15, "timed runs of each operation", lower_bound=3, flag_values=parser)
     flags.DEFINE_float("idle_seconds", 5.0, "how long each rank idles while its background CPU is measured",
                        lower_bound=0.1, flag_values=parser)
-    flags.DEFINE_string("interface", None, "the interface whose bytes sent while idle are counted (a namespace's "
-                        "own; none under mpirun, whose ranks share this machine's)", flag_values=parser)
     args = flags.parse(parser)
     args.sizes = [int(size) for size in args.sizes]
     return args
@@ -78,9 +76,10 @@ def floats(size_bytes):
 
 
 def grpc_operations(args):
-    """{name: {size: op}}: pulls and pushes between worker0 and ps0, and one pull of many small tensors."""
+    """{name: {size: op}}: pulls and pushes between worker0 and ps0, both at once (each direction carries one
+    size), and one pull of many small tensors."""
     ps, worker = "/job:ps/task:0", "/job:worker/task:0"
-    operations = {"pull": {}, "push": {}}
+    operations = {"pull": {}, "push": {}, "pull_and_push": {}}
     for size in args.sizes:
         with tf.device(ps):
             remote = tf.Variable(floats(size))
@@ -89,6 +88,9 @@ def grpc_operations(args):
             operations["pull"][size] = local.assign(remote.read_value()).op  # the read runs on ps0
         with tf.device(ps):
             operations["push"][size] = remote.assign(local.read_value()).op  # the read runs on worker0
+            there = tf.Variable(floats(size))
+            operations["pull_and_push"][size] = tf.group(operations["pull"][size],
+                                                         there.assign(local.read_value()).op)
     pulls = []
     for _ in range(args.tensors):
         with tf.device(ps):
@@ -113,30 +115,18 @@ def grpc_probe(args):
         cluster.run(session, initialise, starting=True)
         timings = timed_with_cpu(session, {name: operations[name] for name in ("pull", "push")}, args.repeats)
         timings.update({name: {size: timed(session, op, args.repeats)[0] for size, op in operations[name].items()}
-                        for name in ("pull_one_small", "pull_many_small")})
+                        for name in ("pull_and_push", "pull_one_small", "pull_many_small")})
         session.run(over)
     results.write_json(args.timings_file, timings)
 
 
-def sent_bytes(interface):
-    """The bytes `interface` of this process's network namespace has sent (/proc/net/dev is per namespace)."""
-    with open("/proc/net/dev") as dev:
-        for line in dev.read().splitlines()[2:]:
-            name, counters = line.split(":", 1)
-            if name.strip() == interface:
-                return int(counters.split()[8])
-    raise SystemExit(f"protocol_probe: no interface {interface} in this network namespace")
-
-
-def background(seconds, interface):
-    """(CPU seconds, bytes sent on `interface` or 0 without one) per second while the main thread sleeps: with
-    TensorFlow idle, what Horovod's background thread takes and sends. It wakes every cycle (HOROVOD_CYCLE_TIME,
-    1 ms by default) and coordinates the ranks whether or not a tensor is waiting (RunLoopOnce in
-    horovod/common/operations.cc); a worker pays it whenever it is not moving a tensor, computing too."""
-    cpu, wall, sent = time.process_time(), time.perf_counter(), sent_bytes(interface) if interface else 0
+def background_share(seconds):
+    """The CPU seconds per second this process takes while its main thread sleeps: with TensorFlow idle, what
+    Horovod's background thread takes. It wakes every cycle (1 ms by default) and coordinates the ranks whether
+    or not a tensor is waiting (RunLoopOnce in horovod/common/operations.cc), so a worker pays it computing too."""
+    cpu, wall = time.process_time(), time.perf_counter()
     time.sleep(seconds)
-    wall = time.perf_counter() - wall
-    return (time.process_time() - cpu) / wall, ((sent_bytes(interface) if interface else 0) - sent) / wall
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
 
 
 def collective_probe(args):
@@ -149,13 +139,12 @@ def collective_probe(args):
         tensor = tf.Variable(floats(size)).read_value()
         operations["allreduce"][size] = tf.reduce_sum(hvd.allreduce(tensor, op=hvd.Sum)[:1])
         operations["allgather"][size] = tf.reduce_sum(hvd.allgather(tensor)[:1])
-    own = tf.compat.v1.placeholder(tf.float64, [1, 2])
+    own = tf.compat.v1.placeholder(tf.float64, [1])
     every_rank = hvd.allgather(own)
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
         timings = timed_with_cpu(session, operations, args.repeats)
-        shares, rates = session.run(every_rank, {own: [background(args.idle_seconds, args.interface)]}).T.tolist()
-        timings.update(background_cpu_share=shares, coordination_bytes_per_second=rates if args.interface else None)
+        timings["background_cpu_share"] = session.run(every_rank, {own: [background_share(args.idle_seconds)]}).tolist()
     if hvd.rank() == 0:
         results.write_json(args.timings_file, timings)
 

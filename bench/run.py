@@ -217,30 +217,33 @@ def machine_of_tasks(addresses, workers, servers):
 
 def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 trace):
-    """The traffic model's bytes per machine ([(sent, received)]) and the bound's terms, with the bytes-only
-    bound beside it: record fields (docs/outputs.md). `architecture`: the run's traffic (bench/traffic.py).
-    The pull overlaps the forward pass by `trace["needed"]` (step_trace), and the exchange the backward pass by
-    `trace["ready"]` where each worker has a core, or where the workers outnumber the cores and send only to
-    parameter servers; not in a run with a collective there, whose ranks take turns on the cores
-    (docs/bench.md)."""
+    """The traffic model's bytes per machine ([(sent, received)]) and the model's terms, with the bytes-only
+    estimate beside them: record fields (docs/outputs.md). `architecture`: the run's traffic
+    (bench/traffic.py). Every estimate is computing (compute and update) and network, from the same primitives:
+    the lower lets everything overlap (the computation, the pull with the exchange, the protocols with the link
+    at its fast end); the upper nothing (phases, protocols and link at its slow end one after another, and
+    Horovod's background threads beside the compute); the point overlaps the pull with the forward pass and the
+    exchange with the backward pass by `trace` (bench/step_trace.py), at the link's median."""
     byte_rate = args.net.bits_per_second / 8
-    overlaps = num_workers <= CORES or architecture not in traffic.COLLECTIVE_ARCHITECTURES
-    ready = trace["ready"] if overlaps else None
+    costs = args.costs  # {"lower", "point", "upper"}: traffic.Costs at each end of the primitives
     predicted, network, update = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
-                                                 byte_rate, partitions, costs=args.costs, compute_seconds=compute_term,
-                                                 needed=trace["needed"], ready=ready)
+                                                 byte_rate, partitions, costs=costs["point"],
+                                                 compute_seconds=compute_term, needed=trace["needed"],
+                                                 ready=trace["ready"])
+    _, lower_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte_rate,
+                                          partitions, costs=costs["lower"], overlap_phases=True)
+    _, upper_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte_rate,
+                                          partitions, costs=costs["upper"])
     _, bytes_only_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                                byte_rate, partitions)
-    # The interval: the whole network time beside the computation (perfect overlap), and after it (none).
-    _, whole_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte_rate,
-                                          partitions, costs=args.costs)
-    background = traffic.background_seconds(architecture, compute_term, num_workers, args.costs)
-    computing = compute_term + background + update
-    return predicted, {"compute_seconds": compute_term,
-                       "background_seconds": background, "network_seconds": network, "update_seconds": update,
-                       "bound_seconds": computing + network,
-                       "lower_seconds": max(computing, whole_network), "upper_seconds": computing + whole_network,
-                       "exchange_overlaps_compute": ready is not None,
+    background = traffic.background_seconds(architecture, compute_term, num_workers, costs["point"])
+    computing = compute_term + update
+    return predicted, {"compute_seconds": compute_term, "update_seconds": update, "background_seconds": background,
+                       "network_seconds": network, "lower_network_seconds": lower_network,
+                       "upper_network_seconds": upper_network,
+                       "bound_seconds": computing + background + network,
+                       "lower_seconds": max(computing, lower_network),
+                       "upper_seconds": computing + background + upper_network,
                        "bytes_only_network_seconds": bytes_only_network,
                        "bytes_only_bound_seconds": compute_term + bytes_only_network}
 
@@ -335,7 +338,9 @@ def progress(i, total, record, started):
         print(f"{head}: skipped, {record['skipped']}", flush=True)
         return
     bytes_ratio = record["bytes_measured_over_predicted"]
-    against = (f" = {record['step_over_bound']:.2f} x bound ({record['step_over_bytes_only_bound']:.2f} x bytes only)"
+    against = (f" = {record['step_over_bound']:.2f} x bound ({record['step_over_bytes_only_bound']:.2f} x bytes only), "
+               f"{'inside' if record['inside_interval'] else 'OUTSIDE'} [{record['lower_seconds']:.3f}, "
+               f"{record['upper_seconds']:.3f}]"
                if record["step_over_bound"] else f" (outside the model: {record['outside_the_model']})")
     print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, step {record['throughput']['median_step_seconds']:.3f}"
           f" s{against}"
@@ -418,7 +423,11 @@ def main():
     links = args.net
     combinations = [(link, config, runner, w, repeat) for link in links for config in args.configs
                     for w in args.workers for repeat in range(1, args.repeats + 1) for runner in args.runners]
-    args.costs = traffic.Costs.measured(protocol_costs(args), shared_cores=CORES)  # the emulated cluster
+    measured = protocol_costs(args)
+    args.costs = {"lower": traffic.Costs.measured(measured, shared_cores=CORES, quantile="p16"),
+                  "point": traffic.Costs.measured(measured, shared_cores=CORES),
+                  "upper": dataclasses.replace(traffic.Costs.measured(measured, shared_cores=CORES, quantile="p84"),
+                                               serial=True)}  # the emulated cluster: every machine on these cores
     output = os.path.join(args.results_dir, results.CROSSOVER if args.crossover else results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "

@@ -239,16 +239,19 @@ class Costs:
     local_transports: dict = dataclasses.field(default_factory=dict)  # transport: its own within a machine
     parallel_parts: bool = False  # a server updates its parts at once, each on a core of its own
     accelerated_workers: bool = False  # the workers' own update runs on accelerators (in the compute term)
-    background_shares: dict = dataclasses.field(default_factory=dict)  # transport: a core's share its library's
+    payload_shares: dict = dataclasses.field(default_factory=dict)  # transport: its payload's share of a link
+    serial: bool = False  # a flow's protocol work and its time on the link one after the other, not overlapped
+    background_shares: dict = dataclasses.field(default_factory=dict)  # transport: the core share its library's
     #                                                                    background thread takes, all the time
     cpu_seconds_per_byte: dict = dataclasses.field(default_factory=dict)  # transport: CPU of both ends per byte
 
     @classmethod
-    def measured(cls, costs, collective="gloo", shared_cores=0):
+    def measured(cls, costs, collective="gloo", shared_cores=0, quantile="median"):
         """From bench/costs.py's record: gRPC's slower direction, the larger CPU per byte of its pull and push,
         and its cost of a message (a gRPC flow adds one tensor to a run); each collective operation's own rate,
-        CPU per byte and fixed cost (a collective is a message of its own); Horovod's background thread's share
-        of a core under its allreduce."""
+        CPU per byte and fixed cost (a collective is a message of its own); each one's payload's share of a
+        shaped link at `quantile` of its timings ("p16": the fast end, "median", "p84": the slow end); the
+        share of a core Horovod's background thread takes, for each collective."""
         protocols, rows = costs["protocols"], costs["rows"]
         grpc = [protocols["grpc"][operation] for operation in ("pull", "push")]
         rates, cpu = ({"grpc": min(op["bytes_per_second"] for op in grpc)},
@@ -261,10 +264,12 @@ class Costs:
                     rates[f"{name} {operation}"] = fitted["bytes_per_second"]
                     cpu[f"{name} {operation}"] = fitted["cpu_seconds_per_byte"]
                     messages[f"{name} {operation}"] = fitted["fixed_seconds"]
-                shares[f"{name} allreduce"] = protocols[name]["background_cpu_share"]
+                    shares[f"{name} {operation}"] = protocols[name]["background_cpu_share"]
         per_byte = {name: work["seconds_per_byte"] for name, work in rows.items()}
         return cls(rates, messages, per_byte["deduplicate"], per_byte["apply"], per_byte["add"],
                    per_byte["densify"], per_byte["apply_dense"], transports(collective), shared_cores,
+                   payload_shares={transport: share[quantile] for transport, share in
+                                   costs["shaped_link"]["payload_shares"].items()},
                    background_shares=shares, cpu_seconds_per_byte=cpu)
 
     def protocol_seconds(self, transport, size):
@@ -279,9 +284,10 @@ def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
 
 
 def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()):
-    """The time of one phase of the step's flows: its busiest link direction's time, each flow's bytes at the
-    slower of the link's rate and its protocol's, plus its protocol's cost of a message (a flow is one
-    message). A flow within a machine is free, unless its transport has one of its own there
+    """The time of one phase of the step's flows (None: all of them, as one phase): its busiest link direction's
+    time, each flow's bytes at the slower of its payload's share of the link's rate (costs.payload_shares) and
+    its protocol's rate (costs.serial: at the one, then the other), plus its protocol's cost of a message (a
+    flow is one message). A flow within a machine is free, unless its transport has one of its own there
     (costs.local_transports: MPI through shared memory), whose work its sender does. Where every machine's tasks
     share this machine's cores (costs.shared_cores: the emulated cluster), the phase takes at least the
     protocols' work of all its flows, loopback ones included: their CPU (both ends, measured per byte) spread
@@ -289,7 +295,7 @@ def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()
     ranks at once: each rank's flow takes half of it), and no less than its longest flow alone."""
     busiest, local, cpu, messages, longest = {}, {}, 0.0, 0.0, 0.0
     for source, destination, size, flow_phase, operation in step_flows:
-        if flow_phase != phase:
+        if phase not in (None, flow_phase):
             continue
         transport = costs.transports[operation]
         cpu += size * costs.cpu_seconds_per_byte.get(transport, 0.0)
@@ -301,7 +307,8 @@ def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()
                 local[source] = local.get(source, 0.0) + costs.protocol_seconds(
                     costs.local_transports[transport], size)
             continue
-        seconds = size / min(bytes_per_second, costs.rates.get(transport, float("inf"))) + \
+        rates = (bytes_per_second * costs.payload_shares.get(transport, 1.0), costs.rates.get(transport, float("inf")))
+        seconds = (sum(size / rate for rate in rates) if costs.serial else size / min(rates)) + \
             costs.message_seconds.get(transport, 0.0)
         for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
             busiest[direction] = busiest.get(direction, 0.0) + seconds
@@ -339,21 +346,14 @@ def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
     return max(end - compute_seconds, 0.0)
 
 
-COLLECTIVE_ARCHITECTURES = ("allreduce", "allreduce-dense", "hybrid", "hybrid-local")  # workers run Horovod
-
-
 def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()):
-    """What Horovod's background thread adds to the compute where the workers share costs.shared_cores cores
-    (the emulated cluster). Every worker's thread takes a share s of a core (it coordinates the ranks every
-    cycle, bench/costs.py); the W computations, measured at once as `compute_seconds` on W cores, keep what is
-    left, cores - W s, and stretch by W / (cores - W s) when that is above 1. Zero without Horovod, off shared
-    cores, where a spare core takes the threads' work, and where the workers outnumber the cores: there each
-    rank's coordination waits for the others' turns on the cores, and the threads took 0.03-0.05 of a core each
-    at W = 4 on 2 cores against the 0.16 measured idle (docs/bench.md), a share this measurement does not give."""
+    """What Horovod's background threads take from the compute on costs.shared_cores cores (the emulated
+    cluster): every worker's thread takes its share of a core all the time (bench.costs), and the W computations
+    share what is left. Zero for parameter servers' workers, which run no Horovod."""
     share = costs.background_shares.get(costs.transports["allreduce"], 0.0)
-    if architecture not in COLLECTIVE_ARCHITECTURES or not share or not 0 < num_workers <= costs.shared_cores:
+    if architecture == "ps" or not costs.shared_cores:
         return 0.0
-    return compute_seconds * max(num_workers / (costs.shared_cores - num_workers * share) - 1.0, 0.0)
+    return compute_seconds * num_workers * share / costs.shared_cores
 
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",
@@ -426,14 +426,15 @@ def _server_seconds(architecture, variables, pushed, num_workers, num_ps, partit
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
-            strategy="mod", costs=Costs(), compute_seconds=0.0, needed=None, ready=None):
+            strategy="mod", costs=Costs(), compute_seconds=0.0, needed=None, ready=None, overlap_phases=False):
     """(each machine's (sent, received) bytes per step, the step's network seconds beyond the compute, the
     update's CPU seconds beyond one device's), averaged over the sampled steps of `rows`; `machine_of[task]`:
     the machine index of every task. The pull overlaps the compute's forward pass by `needed`
     (pull_before_compute: {variable: fraction of `compute_seconds` at which the step first reads it}), and the
     exchange its backward pass by `ready` (exchange_after_compute: {variable: fraction at which its gradient is
-    ready}); without them, the pull comes before the compute and the exchange after it. With Costs() and
-    neither, the bytes-only bound's network time and no CPU time."""
+    ready}); without them, the pull comes before the compute and the exchange after it. `overlap_phases`: the
+    pull and the exchange at once, one phase. With Costs() and neither, the bytes-only network time and no CPU
+    time."""
     groups = {}
     for w in range(num_workers):
         groups.setdefault(machine_of[f"worker{w}"], []).append(w)
@@ -450,10 +451,13 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
     for step in steps:
         found = step_flows(step)
         per_machine.append(link_bytes(found, machine_of))
-        network.append(
-            pull_before_compute(functools.partial(seconds, step, found, PULL), names, needed, compute_seconds)
-            + exchange_after_compute(functools.partial(seconds, step, found, EXCHANGE), names, ready,
-                                     compute_seconds))
+        if overlap_phases:
+            network.append(phase_seconds(found, None, machine_of, bytes_per_second, costs))
+        else:
+            network.append(
+                pull_before_compute(functools.partial(seconds, step, found, PULL), names, needed, compute_seconds)
+                + exchange_after_compute(functools.partial(seconds, step, found, EXCHANGE), names, ready,
+                                         compute_seconds))
     update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs,
                              list(groups.values()))
               for step in steps]

@@ -47,8 +47,11 @@ def cell(set_name, model, record, commit, date):
     """The kept line of one run: what it measured against the model's interval and point."""
     return {"set": set_name, "model": model, "config": record["config"], "runner": record["runner"],
             "workers": record["workers"], "link": record["link"], "date": date, "commit": commit,
-            "step_seconds": record["throughput"]["median_step_seconds"], "lower_seconds": record["lower_seconds"],
-            "point_seconds": record["bound_seconds"], "upper_seconds": record["upper_seconds"],
+            "step_seconds": record["throughput"]["median_step_seconds"],
+            **{term: record[term] for term in ("compute_seconds", "update_seconds", "background_seconds",
+                                               "network_seconds", "lower_network_seconds", "upper_network_seconds",
+                                               "lower_seconds", "upper_seconds")},
+            "point_seconds": record["bound_seconds"],
             "bytes_measured_over_predicted": record["bytes_measured_over_predicted"]}
 
 

@@ -61,11 +61,11 @@ def bench(results, figure_dir):
           _or_dash(r.compute_seconds, blocks.seconds), _or_dash(r.network_seconds, blocks.seconds), r.bound or "-",
           _or_dash(r.busiest_measured, _mb), _or_dash(r.busiest_predicted, _mb)] for r in rows],
         "make bench (bench.jsonl), each figure the median over the runs (repeats): W workers on that many "
-        "machines joined by links of the given rate. The bound on the step is the computation (compute: W run.py "
-        "at once, per step the slowest) plus, for the Horovod runners, what Horovod's background thread takes from it "
-        "on the shared cores, plus the network (per phase the busiest link's bytes at the slower of the "
-        "link and the protocol, with each message's cost; the exchange starting as each gradient is ready, where "
-        "each worker has a core) plus the update's work; limit names the larger of "
+        "machines joined by links of the given rate. The bound is the performance model's point estimate of "
+        "the step: the computation (compute: W run.py at once, per step the slowest; plus the update's work) "
+        "plus what of the network it does not overlap (per phase the busiest link's bytes at the slower of the "
+        "payload's share of the link and the protocol, with each message's cost; the pull overlapping the "
+        "forward pass and the exchange the backward pass as the step trace allows); limit names the larger of "
         "compute and network. The busiest link "
         "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."))
     for index, ((config, link), points) in enumerate(analysis.bench_groups(rows).items()):
