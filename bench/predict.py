@@ -191,9 +191,9 @@ def parallax_costs(measured):
                                           **{name: here.message_seconds[name]
                                              for name in ("mpi allgather", "mpi-local allgather")}},
                          local_transports={"mpi allgather": "mpi-local allgather"},
-                         deduplicate_seconds_per_byte=here.deduplicate_seconds_per_byte,
-                         apply_seconds_per_byte=here.apply_seconds_per_byte,
-                         add_seconds_per_byte=here.add_seconds_per_byte, transports=PARALLAX_TRANSPORTS,
+                         row_seconds_per_byte={name: here.row_seconds_per_byte[name]
+                                               for name in ("deduplicate", "apply", "add")},
+                         transports=PARALLAX_TRANSPORTS,
                          parallel_parts=True, accelerated_workers=True)
 
 

@@ -217,35 +217,27 @@ def machine_of_tasks(addresses, workers, servers):
 
 def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 trace):
-    """The traffic model's bytes per machine ([(sent, received)]) and the model's terms, with the bytes-only
-    estimate beside them: record fields (docs/outputs.md). `architecture`: the run's traffic
+    """The traffic model's bytes per machine ([(sent, received)]) and the model's terms: record fields
+    (docs/outputs.md). `architecture`: the run's traffic
     (bench/traffic.py). Every estimate is computing (compute and update) and network, from the same primitives:
     the lower lets everything overlap (the computation, the pull with the exchange, the protocols with the link
     at its fast end); the upper nothing (phases, protocols and link at its slow end one after another, and
     Horovod's background threads beside the compute); the point overlaps the pull with the forward pass and the
     exchange with the backward pass by `trace` (bench/step_trace.py), at the link's median."""
-    byte_rate = args.net.bits_per_second / 8
-    costs = args.costs  # {"lower", "point", "upper"}: traffic.Costs at each end of the primitives
-    predicted, network, update = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
-                                                 byte_rate, partitions, costs=costs["point"],
-                                                 compute_seconds=compute_term, needed=trace["needed"],
-                                                 ready=trace["ready"])
-    _, lower_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte_rate,
-                                          partitions, costs=costs["lower"], overlap_phases=True)
-    _, upper_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte_rate,
-                                          partitions, costs=costs["upper"])
-    _, bytes_only_network, _ = traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
-                                               byte_rate, partitions)
-    background = traffic.background_seconds(architecture, compute_term, num_workers, costs["point"])
+    def network(estimate, **overlaps):
+        return traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
+                               args.net.bits_per_second / 8, partitions, costs=args.costs[estimate], **overlaps)
+    predicted, point_network, update = network("point", compute_seconds=compute_term, needed=trace["needed"],
+                                               ready=trace["ready"])
+    lower_network, upper_network = network("lower", overlap_phases=True)[1], network("upper")[1]
+    background = traffic.background_seconds(architecture, compute_term, num_workers, args.costs["point"])
     computing = compute_term + update
     return predicted, {"compute_seconds": compute_term, "update_seconds": update, "background_seconds": background,
-                       "network_seconds": network, "lower_network_seconds": lower_network,
+                       "network_seconds": point_network, "lower_network_seconds": lower_network,
                        "upper_network_seconds": upper_network,
-                       "bound_seconds": computing + background + network,
+                       "bound_seconds": computing + background + point_network,
                        "lower_seconds": max(computing, lower_network),
-                       "upper_seconds": computing + background + upper_network,
-                       "bytes_only_network_seconds": bytes_only_network,
-                       "bytes_only_bound_seconds": compute_term + bytes_only_network}
+                       "upper_seconds": computing + background + upper_network}
 
 
 def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, trace):
@@ -302,12 +294,11 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
         return dict(record, outside_the_model=ASYNCHRONOUS, **{**terms, **unpriced}, worker_paces=paces,
                     predicted_bytes_per_step=[{"sent": s, "received": r} for s, r in predicted],
                     bytes_measured_over_predicted=sum(map(sum, measured)) / sum(map(sum, predicted)),
-                    step_over_bound=None, step_over_bytes_only_bound=None, inside_interval=None)
+                    step_over_bound=None, inside_interval=None)
     return dict(record, bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
                                                        if sum(map(sum, predicted)) else None),
                 **terms, step_over_bound=step / bound,
-                inside_interval=terms["lower_seconds"] <= step <= terms["upper_seconds"],
-                step_over_bytes_only_bound=step / terms["bytes_only_bound_seconds"])
+                inside_interval=terms["lower_seconds"] <= step <= terms["upper_seconds"])
 
 
 def worker_paces(updates_by_worker, from_step, to_step):
@@ -338,7 +329,7 @@ def progress(i, total, record, started):
         print(f"{head}: skipped, {record['skipped']}", flush=True)
         return
     bytes_ratio = record["bytes_measured_over_predicted"]
-    against = (f" = {record['step_over_bound']:.2f} x bound ({record['step_over_bytes_only_bound']:.2f} x bytes only), "
+    against = (f" = {record['step_over_bound']:.2f} x bound, "
                f"{'inside' if record['inside_interval'] else 'OUTSIDE'} [{record['lower_seconds']:.3f}, "
                f"{record['upper_seconds']:.3f}]"
                if record["step_over_bound"] else f" (outside the model: {record['outside_the_model']})")
@@ -367,7 +358,7 @@ def group_table(records):
     lines = [f"\n{records[0]['config']}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one "
              f"device (run.py): {base:,.0f} {unit}",
              f"{'runner':16s} {'W':>2s} {unit:>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
-             f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'bytes only':>10s} {'in interval':>11s}"]
+             f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'in interval':>11s}"]
     rows = {}
     for r in records:
         if "skipped" not in r:
@@ -383,7 +374,6 @@ def group_table(records):
                      f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
                      f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
                      f"{median_or_dash([r['step_over_bound'] for r in group]):>10s} "
-                     f"{median_or_dash([r['step_over_bytes_only_bound'] for r in group]):>10s} "
                      f"{inside_count([r.get('inside_interval') for r in group]):>11s}")
     lines += [f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}" for r in records if "skipped" in r]
     lines += sorted({f"  {r['runner']}: outside the model, {r['outside_the_model']}" for r in records

@@ -229,11 +229,9 @@ class Costs:
     bytes-only bound: every rate infinite, nothing fixed, no CPU work."""
     rates: dict = dataclasses.field(default_factory=dict)  # transport: bytes per second (absent: infinite)
     message_seconds: dict = dataclasses.field(default_factory=dict)  # transport: seconds per message
-    deduplicate_seconds_per_byte: float = 0.0
-    apply_seconds_per_byte: float = 0.0
-    add_seconds_per_byte: float = 0.0
-    densify_seconds_per_byte: float = 0.0  # per byte of a table: a sparse gradient made dense (sparse-as-dense)
-    apply_dense_seconds_per_byte: float = 0.0  # per byte of a table: the rule applied to all of it
+    # work: CPU seconds per byte to "deduplicate", "apply" and "add" rows; per byte of a table, to "densify" a
+    # sparse gradient into it (sparse-as-dense) and "apply_dense" the rule to all of it (absent: free)
+    row_seconds_per_byte: dict = dataclasses.field(default_factory=dict)
     transports: dict = dataclasses.field(default_factory=transports)  # a flow's operation: its transport
     shared_cores: int = 0  # the cores every machine's tasks share (the emulated cluster: this machine's); 0: none
     local_transports: dict = dataclasses.field(default_factory=dict)  # transport: its own within a machine
@@ -265,9 +263,8 @@ class Costs:
                     cpu[f"{name} {operation}"] = fitted["cpu_seconds_per_byte"]
                     messages[f"{name} {operation}"] = fitted["fixed_seconds"]
                     shares[f"{name} {operation}"] = protocols[name]["background_cpu_share"]
-        per_byte = {name: work["seconds_per_byte"] for name, work in rows.items()}
-        return cls(rates, messages, per_byte["deduplicate"], per_byte["apply"], per_byte["add"],
-                   per_byte["densify"], per_byte["apply_dense"], transports(collective), shared_cores,
+        return cls(rates, messages, {name: work["seconds_per_byte"] for name, work in rows.items()},
+                   transports(collective), shared_cores,
                    payload_shares={transport: share[quantile] for transport, share in
                                    costs["shaped_link"]["payload_shares"].items()},
                    background_shares=shares, cpu_seconds_per_byte=cpu)
@@ -275,12 +272,6 @@ class Costs:
     def protocol_seconds(self, transport, size):
         """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
         return size / self.rates.get(transport, float("inf")) + self.message_seconds.get(transport, 0.0)
-
-
-def network_seconds(step_flows, machine_of, bytes_per_second, costs=Costs()):
-    """The step's time on the network, summed over its phases (phase_seconds). With Costs(), per phase the
-    busiest link direction's bytes / the link's rate."""
-    return sum(phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs) for phase in (PULL, EXCHANGE))
 
 
 def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()):
@@ -379,7 +370,8 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     if architecture in ("allreduce", "allreduce-dense") and costs.accelerated_workers:
         return 0.0
     if architecture == "allreduce-dense":  # added in the collective, then every table updated whole
-        tables = sum(v.bytes for v in sparse) * (costs.densify_seconds_per_byte + costs.apply_dense_seconds_per_byte)
+        tables = sum(v.bytes for v in sparse) * sum(costs.row_seconds_per_byte.get(name, 0.0)
+                                                    for name in ("densify", "apply_dense"))
         return max(tables + work(0, 0, dense_applied=sum(v.bytes for v in dense)) - own, 0.0)
     if architecture == "allreduce":
         union = sum(len(np.unique(np.concatenate([step_rows[w][v.name][1] for w in range(num_workers)])))
@@ -402,8 +394,9 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
 def _update_work(costs, rows_in, distinct, dense_added=0, dense_applied=0):
     """CPU seconds to deduplicate `rows_in` bytes of rows, apply `distinct` bytes of rows and `dense_applied`
     bytes of dense values, and add `dense_added` bytes of dense gradients."""
-    return (rows_in * costs.deduplicate_seconds_per_byte + (distinct + dense_applied) * costs.apply_seconds_per_byte
-            + dense_added * costs.add_seconds_per_byte)
+    per_byte = costs.row_seconds_per_byte
+    return (rows_in * per_byte.get("deduplicate", 0.0) + (distinct + dense_applied) * per_byte.get("apply", 0.0)
+            + dense_added * per_byte.get("add", 0.0))
 
 
 def _server_seconds(architecture, variables, pushed, num_workers, num_ps, partitions, strategy, costs):
