@@ -70,8 +70,8 @@ def parse_flags(argv=None):
                          flag_values=parser)
     flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose predicted bound times its steps exceeds this", lower_bound=1,
                          flag_values=parser)
-    # A run costs its start (15-25 s) plus about a second a step at 100 Mbit/s; steps settle after the first, so
-    # 4 left out and 20 measured keep the default sweep within the 60 minutes asked (docs/bench.md).
+    # A run costs its start (15-25 s) plus about a second a step at 100 Mbit/s: 4 left out and 20 measured keep
+    # the default sweep within the hour asked (docs/bench.md, "Warm-up", for what longer runs show).
     parser.set_default("steps", 24)
     parser.set_default("warmup_steps", 4)
     args = flags.parse(parser, argv)

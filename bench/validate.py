@@ -84,8 +84,8 @@ def main():
         raise harness.UsageError(f"--sets: unknown {', '.join(unknown)} (known: {', '.join(SETS)})")
     kept = [record for _, record in results.read_lines(KEPT, "validation cell")] if os.path.exists(KEPT) else []
     if not args.score:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=REPO).stdout.strip()
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                                cwd=REPO).stdout.strip()  # "-dirty": the code that ran is not a commit's
         date = datetime.date.today().isoformat()
         fresh = [cell(name, model, record, commit, date) for name in args.sets
                  for model, *group in SETS[name] for record in run_group(model, *group, args.results_dir)

@@ -13,7 +13,10 @@ CROSSOVER_MISSING = "crossover sweep not run: make bench BENCH=crossover"
 def throughput_section(results, figure_dir):
     parts = [blocks.paragraph(
         "Words per second leave out each run's warm-up steps; the median is given with the central 68% of the "
-        "per-step rates, the mean with its nominal 95% interval, and the median step time.")]
+        "per-step rates, the mean with its nominal 95% interval, and the median step time. make bench leaves "
+        "out 4 of 24 steps, not the 50-100 iterations the assignment discards: long runs of each architecture "
+        "(python -m bench.warmup) put the median of steps 5-24 beside that of steps 50-150 (docs/bench.md, "
+        "\"Warm-up\"); ARGS=\"--steps=150 --warmup_steps=50\" runs the assignment's window.")]
     verify = results.verify
     parts.append(blocks.subheading("The verify runs"))
     if verify is None:
