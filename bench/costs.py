@@ -6,6 +6,7 @@ results/bench-costs.json, measuring again only when the machine or its software 
 
     python -m bench.costs            # measure, print the table, write results/bench-costs.json (about 3 minutes)
     python -m bench.costs --quick    # small sizes and few repeats: seconds, for the tests
+    python -m bench.costs --shaped_ranks=4   # only Gloo's share of shaped links with 4 ranks (printed, not kept)
 
 Protocols, each between two machines of an emulated cluster (harness/starters/netns.py) whose link is not
 shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs on both):
@@ -119,6 +120,30 @@ def measure_grpc_and_gloo(args, link=None, sizes=None):
         finally:
             stop_rendezvous()
     return grpc, gloo
+
+
+def shaped_collectives(args, ranks):
+    """Lines: Gloo's allreduce and allgather of `ranks` ranks, one a machine, over links shaped at SHAPED, each
+    size's median time against its bytes at the link's rate (a rank sends 2 (N-1)/N of its tensor in a ring
+    allreduce and (N-1) tensors in an allgather): the payload's share with N ranks."""
+    link, env = netns.Link.parse(SHAPED), {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
+    with netns.EmulatedCluster(ranks, link) as cluster:
+        cluster.join_switch()
+        starter = netns.NetnsProcess(cluster)
+        environments, stop_rendezvous = launch.horovod_environments(cluster.addresses, netns.INTERFACE)
+        try:
+            timings = run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective")],
+                                            {**env, **environments[r]}, host)
+                                 for r, host in enumerate(cluster.addresses)], starter, timings_file(args, "collective"))
+        finally:
+            stop_rendezvous()
+    lines = []
+    for operation, sent in (("allreduce", 2 * (ranks - 1) / ranks), ("allgather", ranks - 1)):
+        for size, seconds in sorted(timings[operation].items(), key=lambda item: int(item[0])):
+            wire = sent * int(size) / (link.bits_per_second / 8)
+            lines.append(f"gloo {operation} of {ranks} ranks, {int(size):,} bytes a rank, {SHAPED}: median "
+                         f"{np.median(seconds):.3f} s, {wire:.3f} s at the link's rate: share {wire / np.median(seconds):.2f}")
+    return lines
 
 
 # MPI's transports: between machines over TCP (as Parallax's mpirun ran it: -mca btl_tcp_if_include), and
@@ -264,7 +289,11 @@ def main():
     flags.DEFINE_boolean("quick", False, "small sizes and 5 repeats: seconds, not minutes", flag_values=parser)
     flags.DEFINE_boolean("mpi", True, "measure Horovod's MPI operations too (needs mpirun)", flag_values=parser)
     flags.DEFINE_integer("repeats", 15, "timed runs of each operation and size", lower_bound=3, flag_values=parser)
+    flags.DEFINE_integer("shaped_ranks", 0, "only print Gloo's payload share over shaped links with this many "
+                         "ranks, one a machine (1 and 4 MiB); 0: measure everything", lower_bound=0, flag_values=parser)
     args = flags.parse(parser)
+    if args.shaped_ranks == 1:
+        raise harness.UsageError("--shaped_ranks=1: a collective needs at least 2 ranks (0: measure everything)")
     if os.geteuid() != 0:
         raise harness.UsageError("bench.costs: the emulated cluster needs root (network namespaces)")
     if args.mpi:
@@ -272,6 +301,10 @@ def main():
     args.sizes = SIZES["quick" if args.quick else "full"]
     args.repeats = 5 if args.quick else args.repeats
     args.idle_seconds = IDLE_SECONDS["quick" if args.quick else "full"]
+    if args.shaped_ranks:
+        args.sizes = SHAPED_SIZES["full"][-1:] + [4 << 20]
+        print("\n".join(shaped_collectives(args, args.shaped_ranks)))
+        return
     costs = measure(args)
     print(describe(costs))
     path = os.path.join(args.results_dir, COSTS)

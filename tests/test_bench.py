@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -435,6 +436,25 @@ def test_predict_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, 
 
 def test_validate_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
     assert_usage_error(run_module("bench.validate", "--sets=developed,nope", cwd=tmp_path), "--sets")
+
+
+def test_collectives_of_more_ranks_over_shaped_links_print_their_share(tmp_path):
+    """bench.costs --shaped_ranks=3: Gloo's allreduce and allgather of three ranks, each on a machine of its own
+    behind a 100 Mbit/s link, timed at 1 and 4 MiB: their payload's share of the link, at most all of it."""
+    if os.geteuid() != 0:
+        pytest.skip("the emulated cluster needs root")
+    result = run_module("bench.costs", "--shaped_ranks=3", "--repeats=3", cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    shares = re.findall(r"^gloo (allreduce|allgather) of 3 ranks, ([\d,]+) bytes a rank, 100mbit: .* share ([\d.]+)$",
+                        result.stdout, re.MULTILINE)
+    assert sorted((op, size) for op, size, _ in shares) == sorted(
+        (op, size) for op in ("allreduce", "allgather") for size in ("1,048,576", "4,194,304"))
+    assert all(0.2 < float(share) <= 1.05 for *_, share in shares), shares
+
+
+def test_costs_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
+    assert_usage_error(run_module("bench.costs", "--shaped_ranks=1", cwd=tmp_path), "--shaped_ranks")
+    assert not (tmp_path / "results").exists()
 
 
 def test_warmup_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
