@@ -5,7 +5,7 @@
 # make run-tf   parameter servers, TensorFlow's runtime   (run_tf.py; ARGS=--sync=false for async)
 # make run-horovod  allreduce with Horovod                (run_horovod.py)
 # make run-parallax hybrid: sparse on PS, dense allreduced (run_parallax.py)
-# make bench    benchmarks (see README: Benchmarks)
+# make bench    benchmarks (docs/bench.md)
 # make report   report/report.pdf from what make verify and make bench left in RESULTS
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
@@ -138,7 +138,7 @@ report: setup
 clean:
 	rm -rf checkpoints $(RESULTS) $(REPORT)
 
-# Containers (docker/; README: Containers). DOCKER_IMAGE names the image; DOCKER_BASE is its base (default
+# Containers (docker/; docs/architecture.md: Containers). DOCKER_IMAGE names the image; DOCKER_BASE is its base (default
 # python:3.11-slim; one that cannot be pulled, or DOCKER_BASE=debootstrap, is made from Debian's packages).
 # docker/engine.sh starts a Docker engine when none answers (root: it installs docker.io) and leaves it running.
 DOCKER_IMAGE ?= lstm-dist

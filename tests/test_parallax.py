@@ -54,7 +54,7 @@ def test_local_aggregation_over_two_machines(tmp_path):
     """4 workers on two (loopback) machines: each machine's first worker sends the sum of its two workers'
     sparse gradients, so the parameter server gets 2 per step. Horovod's ring allreduce of the dense
     gradients orders its sums differently from the reference for 4 workers, so the result is within
-    tolerance (README: Determinism), not identical."""
+    tolerance (docs/architecture.md: Determinism), not identical."""
     ten_steps = ["--config=tiny", "--steps=10", "--warmup_steps=2"]
     train_reference(ten_steps, 4, "reference", tmp_path)
     launch_and_wait("parallax", "--workers=4", "--machines=2", "--", *ten_steps, "--local_aggregation=true",
