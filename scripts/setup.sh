@@ -32,6 +32,9 @@ command -v g++ >/dev/null || missing+=(g++)
 # it is optional: without root, Horovod is built with Gloo only.
 can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
 command -v mpicxx >/dev/null || ! $can_apt || missing+=(openmpi-bin libopenmpi-dev)
+# ip and tc build the emulated clusters (NET=, make bench; root only); the tests find stray tasks with pgrep.
+{ command -v ip && command -v tc; } >/dev/null || ! $can_apt || missing+=(iproute2)
+command -v pgrep >/dev/null || ! $can_apt || missing+=(procps)
 # What only the test suite uses; LSTM_DIST_MINIMAL=1 (docker/Dockerfile) leaves it out.
 test_tools=$can_apt; [ "${LSTM_DIST_MINIMAL:-0}" = 1 ] && test_tools=false
 # poppler-utils' pdftoppm renders the report's pages in its test (without it the test uses Typst's own PNGs).
