@@ -50,7 +50,9 @@ PROBE = os.path.abspath(protocol_probe.__file__)
 COSTS = "bench-costs.json"
 SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 << 18]}
 SHAPED = "100mbit"  # the link rate the payload's share is measured at
-SHAPED_SIZES = {"full": [1 << 18, 1 << 20], "quick": [1 << 18, 1 << 20]}  # both beyond htb's bucket
+SHAPED_SIZES = [1 << 18, 1 << 20]  # both beyond htb's bucket of 10 ms of traffic
+RANKS_SIZES = [1 << 20, 4 << 20]  # --shaped_ranks's
+PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
 IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
 FORMAT = 4  # what a record holds: 4 has the payload's share of a shaped link, both directions loaded
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
@@ -101,48 +103,45 @@ def timings_file(args, probe):
 
 def measure_grpc_and_gloo(args, link=None, sizes=None):
     """gRPC and Gloo between the two machines of an emulated cluster whose link is `link` (None: unshaped)."""
-    env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
     with netns.EmulatedCluster(2, link) as cluster:
         cluster.join_switch()  # Horovod's rendezvous, in this process, must be reachable from the machines
         starter = netns.NetnsProcess(cluster)
         first, second = cluster.addresses
-        grpc_tasks = launch.parameter_server_tasks(os.path.relpath(PROBE, launch.REPO), probe_flags(args, "grpc", sizes),
+        grpc_tasks = launch.parameter_server_tasks(os.path.relpath(PROBE, launch.REPO),
+                                                   probe_flags(args, "grpc", sizes),
                                                    launch.with_ports([first], starter),
                                                    launch.with_ports([second], starter))
         for task in grpc_tasks:
-            task.env.update(env)
-        grpc = run_probe(grpc_tasks, starter, timings_file(args, "grpc"))
-        environments, stop_rendezvous = launch.horovod_environments([first, second], netns.INTERFACE)
-        try:
-            gloo = run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective", sizes)],
-                                         {**env, **environments[r]}, host) for r, host in enumerate([first, second])],
-                             starter, timings_file(args, "collective"))
-        finally:
-            stop_rendezvous()
-    return grpc, gloo
+            task.env.update(PROBE_ENV)
+        return run_probe(grpc_tasks, starter, timings_file(args, "grpc")), measure_gloo(args, cluster, sizes)
+
+
+def measure_gloo(args, cluster, sizes=None):
+    """Gloo's collectives of one rank a machine of `cluster` (its switch joined)."""
+    starter = netns.NetnsProcess(cluster)
+    environments, stop_rendezvous = launch.horovod_environments(cluster.addresses, netns.INTERFACE)
+    try:
+        return run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective", sizes)],
+                                     {**PROBE_ENV, **environments[r]}, host)
+                          for r, host in enumerate(cluster.addresses)], starter, timings_file(args, "collective"))
+    finally:
+        stop_rendezvous()
 
 
 def shaped_collectives(args, ranks):
     """Lines: Gloo's allreduce and allgather of `ranks` ranks, one a machine, over links shaped at SHAPED, each
     size's median time against its bytes at the link's rate (a rank sends 2 (N-1)/N of its tensor in a ring
     allreduce and (N-1) tensors in an allgather): the payload's share with N ranks."""
-    link, env = netns.Link.parse(SHAPED), {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
+    link = netns.Link.parse(SHAPED)
     with netns.EmulatedCluster(ranks, link) as cluster:
         cluster.join_switch()
-        starter = netns.NetnsProcess(cluster)
-        environments, stop_rendezvous = launch.horovod_environments(cluster.addresses, netns.INTERFACE)
-        try:
-            timings = run_probe([tasks.Task(f"worker{r}", [sys.executable, PROBE, *probe_flags(args, "collective")],
-                                            {**env, **environments[r]}, host)
-                                 for r, host in enumerate(cluster.addresses)], starter, timings_file(args, "collective"))
-        finally:
-            stop_rendezvous()
+        timings = measure_gloo(args, cluster, RANKS_SIZES)
     lines = []
     for operation, sent in (("allreduce", 2 * (ranks - 1) / ranks), ("allgather", ranks - 1)):
         for size, seconds in sorted(timings[operation].items(), key=lambda item: int(item[0])):
-            wire = sent * int(size) / (link.bits_per_second / 8)
+            wire, median = sent * int(size) / (link.bits_per_second / 8), np.median(seconds)
             lines.append(f"gloo {operation} of {ranks} ranks, {int(size):,} bytes a rank, {SHAPED}: median "
-                         f"{np.median(seconds):.3f} s, {wire:.3f} s at the link's rate: share {wire / np.median(seconds):.2f}")
+                         f"{median:.3f} s, {wire:.3f} s at the link's rate: share {wire / median:.2f}")
     return lines
 
 
@@ -238,8 +237,7 @@ def measure(args):
     cpus = os.sched_getaffinity(0)
     grpc, gloo = measure_grpc_and_gloo(args)
     shaped = netns.Link.parse(SHAPED)
-    shares = payload_shares(*measure_grpc_and_gloo(args, shaped, SHAPED_SIZES["quick" if args.quick else "full"]),
-                            shaped)
+    shares = payload_shares(*measure_grpc_and_gloo(args, shaped, SHAPED_SIZES), shaped)
     collectives = {"gloo": gloo, **({name: measure_mpi(args, name) for name in MPI_TRANSPORTS} if args.mpi else {})}
     os.sched_setaffinity(0, {min(cpus)})
     try:
@@ -302,7 +300,6 @@ def main():
     args.repeats = 5 if args.quick else args.repeats
     args.idle_seconds = IDLE_SECONDS["quick" if args.quick else "full"]
     if args.shaped_ranks:
-        args.sizes = SHAPED_SIZES["full"][-1:] + [4 << 20]
         print("\n".join(shaped_collectives(args, args.shaped_ranks)))
         return
     costs = measure(args)

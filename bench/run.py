@@ -218,12 +218,12 @@ def machine_of_tasks(addresses, workers, servers):
 def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 trace):
     """The traffic model's bytes per machine ([(sent, received)]) and the model's terms: record fields
-    (docs/outputs.md). `architecture`: the run's traffic
-    (bench/traffic.py). Every estimate is computing (compute and update) and network, from the same primitives:
-    the lower lets everything overlap (the computation, the pull with the exchange, the protocols with the link
-    at its fast end); the upper nothing (phases, protocols and link at its slow end one after another, and
-    Horovod's background threads beside the compute); the point overlaps the pull with the forward pass and the
-    exchange with the backward pass by `trace` (bench/step_trace.py), at the link's median."""
+    (docs/outputs.md). `architecture`: the run's traffic (bench/traffic.py). Every estimate is computing
+    (compute and update) and network, from the same primitives: the lower lets everything overlap (the
+    computation, the pull with the exchange, the protocols with the link at its fast end); the upper nothing
+    (phases, protocols and link at its slow end one after another, and Horovod's background threads beside the
+    compute); the point overlaps the pull with the forward pass and the exchange with the backward pass by
+    `trace` (bench/step_trace.py), at the link's median."""
     def network(estimate, **overlaps):
         return traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                args.net.bits_per_second / 8, partitions, costs=args.costs[estimate], **overlaps)

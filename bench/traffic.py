@@ -200,14 +200,13 @@ def _mean_per_machine(per_step):
     return [tuple(float(np.mean([s[m][k] for s in per_step])) for k in (0, 1)) for m in range(len(per_step[0]))]
 
 
-def link_bytes(step_flows, machine_of, phase=None):
-    """[(bytes sent, bytes received)] of each machine's link for `step_flows` (those of `phase` only, if
-    given); `machine_of[task]` is the machine index of each task. Flows between tasks of one machine stay on
-    it (loopback)."""
+def link_bytes(step_flows, machine_of):
+    """[(bytes sent, bytes received)] of each machine's link for `step_flows`; `machine_of[task]` is the
+    machine index of each task. Flows between tasks of one machine stay on it (loopback)."""
     machines = max(machine_of.values()) + 1
     sent, received = [0.0] * machines, [0.0] * machines
-    for source, destination, size, flow_phase, _ in step_flows:
-        if machine_of[source] != machine_of[destination] and phase in (None, flow_phase):
+    for source, destination, size, _, _ in step_flows:
+        if machine_of[source] != machine_of[destination]:
             sent[machine_of[source]] += size
             received[machine_of[destination]] += size
     return list(zip(sent, received))
@@ -298,7 +297,8 @@ def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()
                 local[source] = local.get(source, 0.0) + costs.protocol_seconds(
                     costs.local_transports[transport], size)
             continue
-        rates = (bytes_per_second * costs.payload_shares.get(transport, 1.0), costs.rates.get(transport, float("inf")))
+        rates = (bytes_per_second * costs.payload_shares.get(transport, 1.0),
+                 costs.rates.get(transport, float("inf")))
         seconds = (sum(size / rate for rate in rates) if costs.serial else size / min(rates)) + \
             costs.message_seconds.get(transport, 0.0)
         for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):

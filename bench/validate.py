@@ -31,16 +31,22 @@ SETS = {
 STEPS, WARMUP = 24, 4  # the bench's default
 
 
+def sweep(out, bench_flags, who):
+    """One bench.run sweep with `bench_flags`, its results in `out`; returns its records. Bad input (exit 2,
+    bench.run's one line printed) stays exit 2."""
+    command = [sys.executable, "-m", "bench.run", *bench_flags, f"--results_dir={out}"]
+    print(f"{who}: " + " ".join(command[1:]), flush=True)
+    status = subprocess.run(command, cwd=REPO).returncode
+    if status:
+        raise SystemExit(2 if status == 2 else f"{who}: the sweep failed (its output above)")
+    return [record for _, record in results.read_lines(os.path.join(out, results.BENCH), "bench")]
+
+
 def run_group(model, config, runners, workers, links, results_dir):
     """One bench.run sweep of a group of cells; returns its records."""
-    out = os.path.join(results_dir, "validate", model)
-    command = [sys.executable, "-m", "bench.run", f"--model={model}", f"--configs={config}", f"--runners={runners}",
-               f"--workers={workers}", f"--net={links}", f"--steps={STEPS}", f"--warmup_steps={WARMUP}",
-               f"--results_dir={out}"]
-    print("bench.validate: " + " ".join(command[1:]), flush=True)
-    if subprocess.run(command, cwd=REPO).returncode:
-        raise SystemExit(f"bench.validate: the sweep of {model} {config} failed (its output above)")
-    return [record for _, record in results.read_lines(os.path.join(out, results.BENCH), "bench")]
+    return sweep(os.path.join(results_dir, "validate", model),
+                 [f"--model={model}", f"--configs={config}", f"--runners={runners}", f"--workers={workers}",
+                  f"--net={links}", f"--steps={STEPS}", f"--warmup_steps={WARMUP}"], "bench.validate")
 
 
 def cell(set_name, model, record, commit, date):

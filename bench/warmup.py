@@ -7,13 +7,12 @@ leaves out 4 of 24 on the evidence this prints.
 """
 import os
 import statistics
-import subprocess
-import sys
 
 import harness
 from harness import flags, results
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import validate
+
 EARLY, LATE = (5, 24), (50, 150)  # the bench's measured steps, and the window the assignment would measure
 
 
@@ -30,15 +29,12 @@ def main():
     if args.steps <= LATE[0]:
         raise harness.UsageError(f"--steps={args.steps}: the late window starts at step {LATE[0]}")
     out = os.path.join(args.results_dir, "warmup", args.model)
-    command = [sys.executable, "-m", "bench.run", f"--model={args.model}", f"--runners={','.join(args.runners)}",
-               "--workers=2", f"--net={args.net}", f"--steps={args.steps}", f"--warmup_steps={EARLY[0] - 1}",
-               f"--configs={args.config}", f"--results_dir={out}"]
-    print("bench.warmup: " + " ".join(command[1:]), flush=True)
-    if subprocess.run(command, cwd=REPO).returncode:
-        raise SystemExit("bench.warmup: the sweep failed (its output above)")
-    print(f"{'runner':10s} {'config':8s} {'steps 5-24 s':>12s} {'steps 50-' + str(min(args.steps, LATE[1])) + ' s':>13s} "
-          f"{'late/early':>10s}")
-    for _, record in results.read_lines(os.path.join(out, results.BENCH), "bench"):
+    records = validate.sweep(out, [f"--model={args.model}", f"--runners={','.join(args.runners)}", "--workers=2",
+                                   f"--net={args.net}", f"--steps={args.steps}", f"--warmup_steps={EARLY[0] - 1}",
+                                   f"--configs={args.config}"], "bench.warmup")
+    late_window = f"steps {LATE[0]}-{min(args.steps, LATE[1])} s"
+    print(f"{'runner':10s} {'config':8s} {'steps 5-24 s':>12s} {late_window:>13s} {'late/early':>10s}")
+    for record in records:
         steps = [r for _, r in results.read_lines(results.steps_path(os.path.join(out, "bench"),
                                                                       record["run_name"]), "step")]
         early, late = median_of(steps, *EARLY), median_of(steps, LATE[0], min(args.steps, LATE[1]))

@@ -459,6 +459,7 @@ def test_costs_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
 
 def test_warmup_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
     assert_usage_error(run_module("bench.warmup", "--steps=30", cwd=tmp_path), "--steps")
+    assert_usage_error(run_module("bench.warmup", "--runners=tf,nope", cwd=tmp_path), "nope")  # bench.run's
     assert not (tmp_path / "results").exists()
 
 
