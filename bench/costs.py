@@ -6,7 +6,6 @@ results/bench-costs.json, measuring again only when the machine or its software 
 
     python -m bench.costs            # measure, print the table, write results/bench-costs.json (about 3 minutes)
     python -m bench.costs --quick    # small sizes and few repeats: seconds, for the tests
-    python -m bench.costs --shaped_ranks=4   # only Gloo's share of shaped links with 4 ranks (printed, not kept)
 
 Protocols, each between two machines of an emulated cluster (harness/starters/netns.py) whose link is not
 shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs on both):
@@ -20,9 +19,9 @@ shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs
 Each is fitted as seconds = fixed + wire bytes / rate through the smallest and the largest size's medians, with
 the CPU seconds the whole machine spends per byte a rank sends at the largest size (both ends share it);
 gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Then gRPC (a
-pull and a push at once) and Gloo again over a link shaped at SHAPED (the emulated cluster's htb): the rate
-each carries there in each direction, over the link's, is the share of a shaped link its payload gets (headers
-and acknowledgements take the rest).
+pull and a push at once) and Gloo again over a link shaped at SHAPED (the emulated cluster's htb), Gloo at each
+of SHAPED_RANKS ranks: the rate each carries there in each direction, over the link's, is the share of a shaped
+link its payload gets (headers and acknowledgements take the rest; a ring of more ranks stalls differently).
 Rows, in this process on one core: deduplicating a sparse gradient (harness.variables.deduplicate), applying
 distinct rows with Adagrad (lm1b's rule) and adding dense gradients, each per byte of rows; densifying a sparse
 gradient into its table (tf.convert_to_tensor, as --sparse_as_dense does) and applying a dense gradient to a
@@ -51,10 +50,10 @@ COSTS = "bench-costs.json"
 SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 << 18]}
 SHAPED = "100mbit"  # the link rate the payload's share is measured at
 SHAPED_SIZES = [1 << 18, 1 << 20]  # both beyond htb's bucket of 10 ms of traffic
-RANKS_SIZES = [1 << 20, 4 << 20]  # --shaped_ranks's
+SHAPED_RANKS = (2, 4)  # the rank counts Gloo's share is measured at; a run uses the nearest (docs/bench.md)
 PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
 IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
-FORMAT = 4  # what a record holds: 4 has the payload's share of a shaped link, both directions loaded
+FORMAT = 5  # what a record holds: 5 has the payload's share of a shaped link per rank count
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
 
 
@@ -128,21 +127,11 @@ def measure_gloo(args, cluster, sizes=None):
         stop_rendezvous()
 
 
-def shaped_collectives(args, ranks):
-    """Lines: Gloo's allreduce and allgather of `ranks` ranks, one a machine, over links shaped at SHAPED, each
-    size's median time against its bytes at the link's rate (a rank sends 2 (N-1)/N of its tensor in a ring
-    allreduce and (N-1) tensors in an allgather): the payload's share with N ranks."""
-    link = netns.Link.parse(SHAPED)
+def measure_shaped_gloo(args, ranks, link):
+    """Gloo's collectives of `ranks` ranks, one a machine, over links shaped at `link`."""
     with netns.EmulatedCluster(ranks, link) as cluster:
         cluster.join_switch()
-        timings = measure_gloo(args, cluster, RANKS_SIZES)
-    lines = []
-    for operation, sent in (("allreduce", 2 * (ranks - 1) / ranks), ("allgather", ranks - 1)):
-        for size, seconds in sorted(timings[operation].items(), key=lambda item: int(item[0])):
-            wire, median = sent * int(size) / (link.bits_per_second / 8), np.median(seconds)
-            lines.append(f"gloo {operation} of {ranks} ranks, {int(size):,} bytes a rank, {SHAPED}: median "
-                         f"{median:.3f} s, {wire:.3f} s at the link's rate: share {wire / median:.2f}")
-    return lines
+        return measure_gloo(args, cluster, SHAPED_SIZES)
 
 
 # MPI's transports: between machines over TCP (as Parallax's mpirun ran it: -mca btl_tcp_if_include), and
@@ -181,21 +170,25 @@ def protocols(grpc, collectives):
     return found
 
 
-def payload_shares(grpc, gloo, link):
-    """{transport: {quantile: its payload's share of `link`}}: the rate it carries bytes at over the link in
-    each direction at once, over the link's rate: the larger size over its p16, median and p84 time less the
-    fitted fixed cost (the fast end, the middle and the slow end of the link's delivery). gRPC's pull and push
-    at once, Gloo's collectives (each rank sends and receives): every run loads both directions of its links,
-    and the acknowledgements of what a machine receives share what it sends."""
-    fitted = {"grpc": grpc["pull_and_push"], **{f"gloo {operation}": gloo[operation]
-                                                 for operation in ("allreduce", "allgather")}}
+def payload_shares(timings, link, ranks):
+    """{transport: {quantile: its payload's share of `link`}} from each transport's `timings` with `ranks` ranks:
+    the rate it carries bytes at over the link in each direction at once, over the link's rate: the larger size's
+    bytes a rank sends (2 (N-1)/N of it in a ring allreduce, N-1 tensors in an allgather) over its p16, median
+    and p84 time less the fitted fixed cost (the fast end, the middle and the slow end of the link's delivery).
+    Every run loads both directions of its links, and the acknowledgements of what a machine receives share what
+    it sends: gRPC is timed as a pull and a push at once, and every rank of a collective sends and receives."""
+    sent = {"grpc": 1.0, "gloo allreduce": 2 * (ranks - 1) / ranks, "gloo allgather": ranks - 1}
     shares = {}
-    for name, timings in fitted.items():
-        line = fit(timings)
+    for name, measured in timings.items():
+        line = fit(measured)
         large = line["points"][-1]
-        shares[name] = {q: min(large["size"] / (link.bits_per_second / 8)
+        shares[name] = {q: min(sent[name] * large["size"] / (link.bits_per_second / 8)
                                / max(large[q] - line["fixed_seconds"], 1e-9), 1.0) for q in ("p16", "median", "p84")}
     return shares
+
+
+def gloo_timings(gloo):
+    return {f"gloo {operation}": gloo[operation] for operation in ("allreduce", "allgather")}
 
 
 def measure_rows(args):
@@ -237,7 +230,10 @@ def measure(args):
     cpus = os.sched_getaffinity(0)
     grpc, gloo = measure_grpc_and_gloo(args)
     shaped = netns.Link.parse(SHAPED)
-    shares = payload_shares(*measure_grpc_and_gloo(args, shaped, SHAPED_SIZES), shaped)
+    shaped_grpc, shaped_gloo = measure_grpc_and_gloo(args, shaped, SHAPED_SIZES)
+    shares = {"2": payload_shares({"grpc": shaped_grpc["pull_and_push"], **gloo_timings(shaped_gloo)}, shaped, 2)}
+    for ranks in SHAPED_RANKS[1:]:
+        shares[str(ranks)] = payload_shares(gloo_timings(measure_shaped_gloo(args, ranks, shaped)), shaped, ranks)
     collectives = {"gloo": gloo, **({name: measure_mpi(args, name) for name in MPI_TRANSPORTS} if args.mpi else {})}
     os.sched_setaffinity(0, {min(cpus)})
     try:
@@ -273,9 +269,10 @@ def describe(costs):
             lines.append(f"{name:10s} {'background':11s} {operations['background_cpu_share']:.3f} of a core per rank "
                          f"while idle (Horovod's background thread)")
     shaped = costs["shaped_link"]
-    lines.append(f"payload's share of a link shaped at {shaped['link']} (fast end, median, slow end): " + ", ".join(
-        f"{name} {share['p16']:.2f} {share['median']:.2f} {share['p84']:.2f}"
-        for name, share in shaped["payload_shares"].items()))
+    for ranks, shares in shaped["payload_shares"].items():
+        lines.append(f"payload's share of a link shaped at {shaped['link']}, {ranks} ranks (fast end, median, slow "
+                     f"end): " + ", ".join(f"{name} {share['p16']:.2f} {share['median']:.2f} {share['p84']:.2f}"
+                                           for name, share in shares.items()))
     lines.append("rows (one core)  seconds per GB of rows: " + ", ".join(
         f"{name} {r['seconds_per_byte'] * 1e9:.2f} [{r['p16'] / r['bytes'] * 1e9:.2f}, {r['p84'] / r['bytes'] * 1e9:.2f}]"
         for name, r in costs["rows"].items()))
@@ -287,11 +284,7 @@ def main():
     flags.DEFINE_boolean("quick", False, "small sizes and 5 repeats: seconds, not minutes", flag_values=parser)
     flags.DEFINE_boolean("mpi", True, "measure Horovod's MPI operations too (needs mpirun)", flag_values=parser)
     flags.DEFINE_integer("repeats", 15, "timed runs of each operation and size", lower_bound=3, flag_values=parser)
-    flags.DEFINE_integer("shaped_ranks", 0, "only print Gloo's payload share over shaped links with this many "
-                         "ranks, one a machine (1 and 4 MiB); 0: measure everything", lower_bound=0, flag_values=parser)
     args = flags.parse(parser)
-    if args.shaped_ranks == 1:
-        raise harness.UsageError("--shaped_ranks=1: a collective needs at least 2 ranks (0: measure everything)")
     if os.geteuid() != 0:
         raise harness.UsageError("bench.costs: the emulated cluster needs root (network namespaces)")
     if args.mpi:
@@ -299,9 +292,6 @@ def main():
     args.sizes = SIZES["quick" if args.quick else "full"]
     args.repeats = 5 if args.quick else args.repeats
     args.idle_seconds = IDLE_SECONDS["quick" if args.quick else "full"]
-    if args.shaped_ranks:
-        print("\n".join(shaped_collectives(args, args.shaped_ranks)))
-        return
     costs = measure(args)
     print(describe(costs))
     path = os.path.join(args.results_dir, COSTS)

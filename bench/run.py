@@ -215,6 +215,14 @@ def machine_of_tasks(addresses, workers, servers):
             **{f"ps{p}": index[a] for p, a in enumerate(servers)}}
 
 
+def estimate_costs(measured, workers):
+    """The costs of the lower, point and upper estimates of a run of `workers` ranks on the emulated cluster,
+    whose machines all share this machine's cores."""
+    def costs(quantile):
+        return traffic.Costs.measured(measured, workers, shared_cores=CORES, quantile=quantile)
+    return {"lower": costs("p16"), "point": costs("median"), "upper": dataclasses.replace(costs("p84"), serial=True)}
+
+
 def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 trace):
     """The traffic model's bytes per machine ([(sent, received)]) and the model's terms: record fields
@@ -224,13 +232,14 @@ def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machin
     (phases, protocols and link at its slow end one after another, and Horovod's background threads beside the
     compute); the point overlaps the pull with the forward pass and the exchange with the backward pass by
     `trace` (bench/step_trace.py), at the link's median."""
+    costs = estimate_costs(args.measured_costs, num_workers)
     def network(estimate, **overlaps):
         return traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
-                               args.net.bits_per_second / 8, partitions, costs=args.costs[estimate], **overlaps)
+                               args.net.bits_per_second / 8, partitions, costs=costs[estimate], **overlaps)
     predicted, point_network, update = network("point", compute_seconds=compute_term, needed=trace["needed"],
                                                ready=trace["ready"])
     lower_network, upper_network = network("lower", overlap_phases=True)[1], network("upper")[1]
-    background = traffic.background_seconds(architecture, compute_term, num_workers, args.costs["point"])
+    background = traffic.background_seconds(architecture, compute_term, num_workers, costs["point"])
     computing = compute_term + update
     return predicted, {"compute_seconds": compute_term, "update_seconds": update, "background_seconds": background,
                        "network_seconds": point_network, "lower_network_seconds": lower_network,
@@ -413,11 +422,7 @@ def main():
     links = args.net
     combinations = [(link, config, runner, w, repeat) for link in links for config in args.configs
                     for w in args.workers for repeat in range(1, args.repeats + 1) for runner in args.runners]
-    measured = protocol_costs(args)
-    args.costs = {"lower": traffic.Costs.measured(measured, shared_cores=CORES, quantile="p16"),
-                  "point": traffic.Costs.measured(measured, shared_cores=CORES),
-                  "upper": dataclasses.replace(traffic.Costs.measured(measured, shared_cores=CORES, quantile="p84"),
-                                               serial=True)}  # the emulated cluster: every machine on these cores
+    args.measured_costs = protocol_costs(args)
     output = os.path.join(args.results_dir, results.CROSSOVER if args.crossover else results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "

@@ -243,12 +243,13 @@ class Costs:
     cpu_seconds_per_byte: dict = dataclasses.field(default_factory=dict)  # transport: CPU of both ends per byte
 
     @classmethod
-    def measured(cls, costs, collective="gloo", shared_cores=0, quantile="median"):
+    def measured(cls, costs, workers=2, collective="gloo", shared_cores=0, quantile="median"):
         """From bench/costs.py's record: gRPC's slower direction, the larger CPU per byte of its pull and push,
         and its cost of a message (a gRPC flow adds one tensor to a run); each collective operation's own rate,
         CPU per byte and fixed cost (a collective is a message of its own); each one's payload's share of a
-        shaped link at `quantile` of its timings ("p16": the fast end, "median", "p84": the slow end); the
-        share of a core Horovod's background thread takes, for each collective."""
+        shaped link at `quantile` of its timings ("p16": the fast end, "median", "p84": the slow end), measured
+        with the rank count nearest `workers` (ties: the fewer); the share of a core Horovod's background thread
+        takes, for each collective."""
         protocols, rows = costs["protocols"], costs["rows"]
         grpc = [protocols["grpc"][operation] for operation in ("pull", "push")]
         rates, cpu = ({"grpc": min(op["bytes_per_second"] for op in grpc)},
@@ -265,12 +266,21 @@ class Costs:
         return cls(rates, messages, {name: work["seconds_per_byte"] for name, work in rows.items()},
                    transports(collective), shared_cores,
                    payload_shares={transport: share[quantile] for transport, share in
-                                   costs["shaped_link"]["payload_shares"].items()},
+                                   shares_nearest(costs["shaped_link"]["payload_shares"], workers).items()},
                    background_shares=shares, cpu_seconds_per_byte=cpu)
 
     def protocol_seconds(self, transport, size):
         """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
         return size / self.rates.get(transport, float("inf")) + self.message_seconds.get(transport, 0.0)
+
+
+def shares_nearest(shares_by_ranks, workers):
+    """{transport: shares} of `shares_by_ranks` ({rank count: {transport: shares}}), each transport's from the
+    rank count nearest `workers` it was measured at (ties: the fewer)."""
+    nearest = {}
+    for ranks in sorted(shares_by_ranks, key=lambda ranks: (abs(int(ranks) - workers), int(ranks)), reverse=True):
+        nearest.update(shares_by_ranks[ranks])
+    return nearest
 
 
 def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()):
