@@ -9,14 +9,12 @@ cd "$(dirname "$0")/.."
 die() { echo "setup: $*" >&2; exit 2; }
 say() { echo "setup: $*"; }
 
-PYTHON=${PYTHON:-python3}
 VENV=.venv
 CACHE=${LSTM_DIST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lstm-dist}
 
-# 1. A Python that TensorFlow 2.15 supports.
-command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.9-3.11 (or set PYTHON=...)"
-"$PYTHON" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 11))' \
-  || die "$("$PYTHON" --version 2>&1) is not supported by tensorflow 2.15: use Python 3.9-3.11 (PYTHON=...)"
+# 1. A Python that TensorFlow 2.15 supports, and its own headers and venv packages' names.
+PYTHON=$(scripts/find_python.sh) || exit 2
+version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 # 2. The compilers Horovod's build needs, ssh for HOSTS= runs and sshd for the tests' own ssh server, and
 #    (optional) OpenMPI, Slurm and munge; apt-get installs them when we are root on Debian/Ubuntu.
@@ -26,8 +24,8 @@ command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
 "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
-  || missing+=(python3-dev)
-"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+  || missing+=("python$version-dev")
+"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=("python$version-venv")
 # OpenMPI lets Horovod be built with MPI as well as Gloo (make run-horovod MPI=1, Slurm's srun --mpi);
 # it is optional: without root, Horovod is built with Gloo only.
 can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
