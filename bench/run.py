@@ -31,6 +31,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not __package__:  # run as a file (python bench/run.py): the repository's packages are beside bench/
+    sys.path.insert(0, REPO)
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
 from harness import environment, experiments, flags, models, results
 from harness.experiments import RUNS

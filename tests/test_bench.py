@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, pdf_text, read_jsonl, run_module, without_spaces
+from conftest import REPO, pdf_text, read_jsonl, run_module, run_script, without_spaces
 from bench import crossover, predict, traffic, validate
 from bench import run as bench_run
 from harness import experiments, placement
@@ -426,6 +426,11 @@ def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
                                           (["--net=1gbit,1000mbit"], "--net")])
 def test_bench_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
     assert_usage_error(run_module("bench.run", *flags, cwd=tmp_path), named)
+
+
+def test_the_bench_run_as_a_file_checks_its_flags_as_the_module_does(tmp_path, assert_usage_error):
+    """python bench/run.py, as a student types it (no PYTHONPATH): the same one-line error."""
+    assert_usage_error(run_script("bench/run.py", "--workers=0", cwd=tmp_path), "--workers")
 
 
 @pytest.mark.parametrize("flags, named", [(["--machines=0"], "--machines"), (["--machines=8,x"], "--machines"),
