@@ -22,7 +22,7 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import tensorflow as tf  # noqa: E402
 
 import harness
-from harness import environment, events, models, results
+from harness import environment, events, models, results, update
 from harness.timer import ThroughputTimer
 
 
@@ -114,6 +114,7 @@ class Recorder:
             "model": self.model.NAME,
             "model_description": models.description(self.model),
             "config": dataclasses.asdict(self.config),
+            "update_rule": update.describe(self.model.update_rule(self.config), list(variables)),
             "variables": variables,
             "seed": self.args.seed,
             "data": self.args.data_path or "synthetic",

@@ -15,6 +15,7 @@ import tensorflow as tf  # noqa: E402
 from harness.variables import deduplicate, join_rows  # noqa: E402
 
 
+@dataclasses.dataclass(frozen=True)
 class SGD:
     """var -= lr * g."""
     slots = ()
@@ -75,6 +76,15 @@ class Rule:
     clip_norm: float = 0.0   # clip the `clipped` gradients' global norm to this; 0: no clipping
     clipped: Callable = lambda name: True  # the variables whose norm is the step's global norm
     scale: dict = dataclasses.field(default_factory=dict)  # {name: factor}: a variable's gradient times factor
+
+
+def describe(rule, names):
+    """The rule in one line, over the variables `names`: its optimizer, clipping and scaled gradients."""
+    clipped = [name for name in names if rule.clipped(name)]
+    clipping = ("no clipping" if not rule.clip_norm else f"the global norm of "
+                f"{'every gradient' if clipped == list(names) else ', '.join(clipped)} clipped to {rule.clip_norm:g}")
+    return "; ".join([repr(rule.optimizer), clipping,
+                      *(f"{name}'s gradient x {factor:g}" for name, factor in rule.scale.items())])
 
 
 def average_worker_gradients(per_worker):

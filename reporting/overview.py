@@ -8,8 +8,9 @@ NOT_RECORDED = "not recorded"
 
 def model_section(results):
     configs, described = {}, {}
-    for run in results.runs.values():
-        configs.setdefault(run.summary["config"]["name"], run.summary["config"])
+    for run in results.runs.values():  # each config's own update rule beside its fields
+        configs.setdefault(run.summary["config"]["name"],
+                           {**run.summary["config"], "update rule": run.summary.get("update_rule", NOT_RECORDED)})
         described.setdefault(run.summary.get("model", "lstm"), run.summary.get("model_description", ""))
     bench_only = sorted({row.config for row in results.bench or []} - set(configs))
     fields = list(dict.fromkeys(field for config in configs.values() for field in config if field != "name"))

@@ -64,6 +64,8 @@ def test_every_summary_reports_the_peak_resident_memory(runs):
                    if line.startswith("[worker0]") and "peak resident memory" in line]
         at_exit = float(printed[0].split("peak resident memory ")[1].split()[0].replace(",", ""))
         assert 50 < summary <= at_exit + 1, (name, summary, at_exit)
+    rule = json.loads((work / "results/reference.json").read_text())["update_rule"]
+    assert rule.startswith("Adagrad(initial_accumulator=1.0); the global norm of lstm_0/kernel, lstm_0/")
     # every task says it at its end, parameter servers too (the launcher prefixes a task's lines with its name)
     tasks = {line.split()[0] for line in outputs["tf"].splitlines() if "peak resident memory" in line}
     assert tasks >= {"[ps0]", "[ps1]", "[worker0]", "[worker1]"}

@@ -129,6 +129,7 @@ def with_bench(verified, tmp_path_factory):
     # the summaries, whatever they are.
     other = dict(summary(verified, "reference"), run_name="other-config")
     other["config"] = dict(other["config"], name="lm1b-like", num_sampled=64)
+    other["update_rule"] = "Adagrad(initial_accumulator=1.0); the global norm of lstm_0/kernel clipped to 10"
     (results / "other-config.json").write_text(json.dumps(other))
     out = tmp_path_factory.mktemp("bench-report")
     result = make_report(results, out)
@@ -165,6 +166,10 @@ def test_results_without_bench_say_so(without_bench):
 
 
 def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
+    # each config's own update rule, as its summaries record it
+    text = without_spaces(pdf_text(with_bench[0]))
+    for rule in ("SGD(); the global norm of every gradient clipped to 5", "Adagrad(initial_accumulator=1.0)"):
+        assert without_spaces(rule) in text
     pdf, results = with_bench
     text = pdf_text(pdf)
     cells = without_spaces(text)
