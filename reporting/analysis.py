@@ -15,7 +15,7 @@ class ScalingPoint:
     words_per_sec: float
     low: float | None
     high: float | None
-    efficiency: float     # speedup over the run's fewest-worker point, divided by the ratio of workers
+    efficiency: float | None  # speed-up over one device, divided by the workers (None: one device not measured)
 
 
 def combine_repeats(rows):
@@ -33,7 +33,8 @@ def combine_repeats(rows):
 
 
 MEASURED_FIELDS = ["median", "p16", "p84", "median_step_seconds", "busiest_measured", "busiest_predicted",
-                   "compute_seconds", "network_seconds", "bound_seconds", "tasks_peak_resident_bytes"]
+                   "compute_seconds", "network_seconds", "bound_seconds", "lower_seconds", "upper_seconds",
+                   "one_device", "tasks_peak_resident_bytes"]
 
 
 def _median(values):
@@ -41,21 +42,30 @@ def _median(values):
     return statistics.median(known) if known else None
 
 
+@dataclasses.dataclass
+class Group:
+    """The runs of one config over one link: one plot and one paragraph of the report."""
+    one_device: float | None   # words/sec of one device alone, the base of every run's scaling
+    points: dict               # {run name: [ScalingPoint by workers]}
+
+
 def bench_groups(rows):
-    """{(config, link): {run name: [ScalingPoint by workers]}} of combined rows: one plot and one paragraph per
-    group."""
+    """{(config, link): Group} of combined rows."""
     grouped = collections.defaultdict(lambda: collections.defaultdict(list))
     for row in rows:
         grouped[(row.config, row.link)][row.name].append(row)
-    return {group: {name: scaling(points) for name, points in sorted(runs.items())}
-            for group, runs in sorted(grouped.items(), key=lambda item: (item[0][0], str(item[0][1])))}
+    groups = {}
+    for key, runs in sorted(grouped.items(), key=lambda item: (item[0][0], str(item[0][1]))):
+        one = _median([row.one_device for runs_rows in runs.values() for row in runs_rows])
+        groups[key] = Group(one, {name: scaling(runs_rows, one) for name, runs_rows in sorted(runs.items())})
+    return groups
 
 
-def scaling(rows):
-    rows = sorted(rows, key=lambda row: row.workers)
-    base = rows[0]
+def scaling(rows, one_device):
+    """Each row's point, its efficiency its speed-up over `one_device` (words/sec) per worker."""
     return [ScalingPoint(row.workers, row.median, row.p16, row.p84,
-                         (row.median / base.median) / (row.workers / base.workers)) for row in rows]
+                         row.median / one_device / row.workers if one_device else None)
+            for row in sorted(rows, key=lambda row: row.workers)]
 
 
 def loss_gaps(runs, reference):

@@ -11,8 +11,8 @@ def discussion_section(results):
     else:
         sentences.append("verify not run: make verify. Nothing is said here about the trained parameters.")
     measured = analysis.combine_repeats(results.bench or [])
-    for (config, link), points in analysis.bench_groups(measured).items():
-        sentences.append(_bench_group(config, link, points, measured))
+    for (config, link), group in analysis.bench_groups(measured).items():
+        sentences.append(_bench_group(config, link, group, measured))
     if not measured:
         sentences.append("bench not run: make bench. Which architecture wins on a network is not measured yet.")
     if results.predictions:
@@ -33,34 +33,41 @@ def _verify_speed(runs):
               "read these figures as a smoke test; the comparison is the benchmark's.")
 
 
-def _bench_group(config, link, points, rows):
-    """Who wins at the largest worker count every run of the group reached, by how much, and the bytes."""
-    common = set.intersection(*({p.workers for p in ps} for ps in points.values()))
+def _bench_group(config, link, group, rows):
+    """A paragraph: the order of the runs the model explains at the largest W all reached, why (the bytes and
+    which term limits each), the runs it does not explain, and the scaling over one device."""
+    common = set.intersection(*({p.workers for p in ps} for ps in group.points.values()))
     where = f"{config} config, {link or 'loopback'} links"
     if not common:
         return f"{where}: the runs were measured at no common worker count, so they are not ranked."
     workers = max(common)
     there = [r for r in rows if (r.config, r.link, r.workers) == (config, link, workers)]
-    ranked = sorted((r for r in there if r.bound_seconds is not None), key=lambda r: -r.median)
-    unranked = sorted(r.name for r in there if r.bound_seconds is None)
-    if not ranked:
-        return f"{where}: no run the model explains, so none is ranked."
-    winner = ranked[0]
-    text = (f"{where}, {workers} workers: {winner.name} is fastest at {blocks.rate(winner.median)} "
-            f"{analysis.unit(rows)}"
-            + "".join(f"; {blocks.ratio(winner.median / r.median)} {r.name} ({blocks.rate(r.median)})"
-                      for r in ranked[1:]) + ".")
-    for other in ranked[1:]:
-        if winner.busiest_measured and other.busiest_measured:
-            text += (f" {other.name}'s busiest link carries {blocks.byte_count(other.busiest_measured)} a step, "
-                     f"{blocks.ratio(other.busiest_measured / winner.busiest_measured)} {winner.name}'s "
-                     f"{blocks.byte_count(winner.busiest_measured)}"
-                     + (f"; its step is {other.bound}-bound" if other.bound else "") + ".")
-    if unranked:
-        text += (f" Not ranked: {', '.join(unranked)}, whose workers step at their own paces, which the bound "
-                 f"(of a synchronous step) does not price.")
-    efficiency = {name: next(p.efficiency for p in ps if p.workers == workers) for name, ps in points.items()}
-    text += " Scaling efficiency there: " + ", ".join(f"{n} {e:.0%}" for n, e in sorted(efficiency.items())) + "."
+    ranked = sorted((r for r in there if r.explained), key=lambda r: -r.median)
+    text = f"{where}, {workers} workers. "
+    if ranked:
+        text += ("Fastest first, of the runs the model explains: " + ", ".join(
+            f"{r.name} {blocks.rate(r.median)}" + (f" ({blocks.ratio(r.median / ranked[0].median)})" if i else "")
+            for i, r in enumerate(ranked)) + f" {analysis.unit(rows)}. ")
+        by_limit = {limit: [r.name for r in ranked if r.bound == limit] for limit in ("network", "compute")}
+        text += ("Why: per step the busiest link carries " + ", ".join(
+            f"{blocks.byte_count(r.busiest_measured)} for {r.name}" for r in ranked if r.busiest_measured)
+            + "; by the model " + "; ".join(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} "
+                                           f"{limit}-bound" for limit, names in by_limit.items() if names) + ". ")
+    else:
+        text += "The model explains none of these runs, so none is ranked. "
+    for r in there:
+        if r.explained is False:
+            text += (f"The model does not explain {r.name}: its step, {blocks.seconds(r.median_step_seconds)}, lies "
+                     f"outside [{blocks.seconds(r.lower_seconds)}, {blocks.seconds(r.upper_seconds)}]; measured at "
+                     f"{blocks.rate(r.median)} {analysis.unit(rows)}, it is not ranked. ")
+    unpriced = sorted(r.name for r in there if r.explained is None)
+    if unpriced:
+        text += (f"Not ranked: {', '.join(unpriced)}, whose workers step at their own paces, which the model (of a "
+                 f"synchronous step) does not price. ")
+    if group.one_device:
+        text += (f"Against one device alone ({blocks.rate(group.one_device)}), {workers} workers give " + ", ".join(
+            f"{name} {point.words_per_sec / group.one_device:.2f}x" for name, points in group.points.items()
+            for point in points if point.workers == workers) + f" (linear: {workers}x).")
     return text
 
 

@@ -46,7 +46,10 @@ class BenchRow:
     busiest_predicted: float | None  # the same, from the traffic model
     compute_seconds: float | None    # the bound's computation term
     network_seconds: float | None    # the bound's network term (the pull, and the exchange left after the compute)
-    bound_seconds: float | None      # compute + network + update: the step time the costs allow
+    bound_seconds: float | None      # the model's point estimate of the step (None: a run it does not price)
+    lower_seconds: float | None      # the model's interval of the step: everything overlapped ...
+    upper_seconds: float | None      # ... and nothing
+    one_device: float | None         # words/sec of one device alone (run.py, one worker's batch): scaling's base
     words_per_step: float | None     # the global batch's words: words/sec predicted = words_per_step / bound
     tasks_peak_resident_bytes: float | None  # every task's peak resident memory, summed
     environment: dict | None
@@ -58,6 +61,13 @@ class BenchRow:
         if self.network_seconds is None or self.compute_seconds is None:
             return None
         return "network" if self.network_seconds > self.compute_seconds else "compute"
+
+    @property
+    def explained(self):
+        """Whether the measured step lies inside the model's interval (None: a run the model does not price)."""
+        if None in (self.lower_seconds, self.upper_seconds, self.median_step_seconds):
+            return None
+        return self.lower_seconds <= self.median_step_seconds <= self.upper_seconds
 
 
 @dataclasses.dataclass
@@ -162,6 +172,9 @@ def _bench_row(record):
         compute_seconds=_float_or_none(record.get("compute_seconds")),
         network_seconds=_float_or_none(record.get("network_seconds")),
         bound_seconds=_float_or_none(record.get("bound_seconds")),
+        lower_seconds=_float_or_none(record.get("lower_seconds")),
+        upper_seconds=_float_or_none(record.get("upper_seconds")),
+        one_device=_float_or_none(record.get("one_device_words_per_sec")),
         words_per_step=_float_or_none(record.get("words_per_step")),
         tasks_peak_resident_bytes=_float_or_none(record.get("tasks_peak_resident_bytes")),
         environment=record.get("environment"))

@@ -62,24 +62,30 @@ def verify_throughput(runs, path):
     _save(figure, path)
 
 
-def scaling(points_by_name, title, unit, path):
-    """Left: throughput (`unit`) against workers, central-68% bars, and each run's ideal (linear from its fewest-worker
-    point). Right: scaling efficiency, 1 = ideal."""
+def scaling(group, title, unit, path):
+    """Left: throughput (`unit`) against workers, central-68% bars, one device's at W = 1 and linear scaling from
+    it. Right: scaling efficiency against one device, 1 = linear."""
     figure, (rates, efficiency) = plt.subplots(1, 2, figsize=WIDE)
-    for name, points in points_by_name.items():
+    most = max(p.workers for points in group.points.values() for p in points)
+    if group.one_device:
+        rates.plot([1], [group.one_device], color="black", marker="s", linestyle="", label="one device")
+        rates.plot([1, most], [group.one_device, group.one_device * most], color="grey", linestyle=":",
+                   linewidth=1, label="linear")
+    for name, points in group.points.items():
         colour, workers = palette.colour(name), [p.workers for p in points]
         low = [p.words_per_sec - p.low if p.low is not None else 0 for p in points]
         high = [p.high - p.words_per_sec if p.high is not None else 0 for p in points]
         rates.errorbar(workers, [p.words_per_sec for p in points], yerr=[low, high], color=colour, marker="o",
                        capsize=3, label=palette.key(name))
-        base = points[0]
-        rates.plot(workers, [base.words_per_sec * w / base.workers for w in workers], color=colour,
-                   linestyle=":", linewidth=1)
-        efficiency.plot(workers, [p.efficiency for p in points], color=colour, marker="o", label=palette.key(name))
-    efficiency.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal")
-    rates.set(xlabel="workers", ylabel=unit, title=f"{title} (dotted: ideal)")
-    efficiency.set(xlabel="workers", ylabel="scaling efficiency (1 = linear)", title="scaling efficiency")
+        if group.one_device:
+            efficiency.plot(workers, [p.efficiency for p in points], color=colour, marker="o",
+                            label=palette.key(name))
+    efficiency.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="linear")
+    rates.set(xlabel="workers", ylabel=unit, title=title, xlim=(0.5, most + 0.5))
+    efficiency.set(xlabel="workers", ylabel="speed-up over one device / workers", title="scaling efficiency",
+                   xlim=(0.5, most + 0.5))
     efficiency.set_ylim(bottom=0)
+    rates.set_ylim(bottom=0)
     rates.legend()
     efficiency.legend()
     _save(figure, path)

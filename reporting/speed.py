@@ -71,12 +71,13 @@ def bench(results, figure_dir):
         "forward pass and the exchange the backward pass as the step trace allows); limit names the larger of "
         "compute and network. The busiest link "
         "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."))
-    for index, ((config, link), points) in enumerate(analysis.bench_groups(rows).items()):
+    for index, ((config, link), group) in enumerate(analysis.bench_groups(rows).items()):
         path = os.path.join(figure_dir, f"bench-scaling-{index}.svg")
         title = f"{config}, {link or 'loopback'}"
-        plots.scaling(points, title, analysis.unit(rows), path)
-        parts.append(blocks.figure(path, f"Scaling, {title}: {analysis.unit(rows)} against workers (bars: central 68% of the "
-                                         f"steps; dotted: linear from each run's fewest workers), and efficiency."))
+        plots.scaling(group, title, analysis.unit(rows), path)
+        parts.append(blocks.figure(path, f"Scaling, {title}: {analysis.unit(rows)} against workers (bars: central 68% "
+                                         f"of the steps; square: one device alone; dotted: linear from it), and the "
+                                         f"speed-up over one device per worker."))
     for index, link in enumerate(dict.fromkeys(r.link for r in rows)):
         path = os.path.join(figure_dir, f"bench-model-{index}.svg")
         plots.measured_against_model([r for r in rows if r.link == link], path)
