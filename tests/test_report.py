@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from pypdf import PdfReader
 
-from conftest import REPO, pdf_text, without_spaces
+from conftest import REPO, missing, pdf_text, without_spaces
 from harness import experiments
 from reporting import blocks, palette
 
@@ -220,8 +220,9 @@ def rendered_pages(pdf, out_dir):
     return sorted(out_dir.glob("page-*.png"))
 
 
-@pytest.mark.skipif(shutil.which("pdftoppm") is None, reason="pdftoppm missing: apt-get install poppler-utils")
 def test_every_page_renders_and_is_not_blank(without_bench, with_bench, tmp_path):
+    if shutil.which("pdftoppm") is None:
+        missing("pdftoppm missing: apt-get install poppler-utils")
     for index, pdf in enumerate([without_bench, with_bench[0]]):
         (tmp_path / str(index)).mkdir()
         pages = rendered_pages(pdf, tmp_path / str(index))
