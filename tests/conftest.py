@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import harness.determinism  # noqa: F401  (before TensorFlow: it fixes the kernels, as in the runners)
@@ -38,12 +39,22 @@ def run_module(module, *flags, cwd, timeout=300):
                           timeout=timeout, env={**os.environ, "PYTHONPATH": REPO})
 
 
+REFERENCES = {}  # (flags, W): the directory of a reference trained once in this session
+
+
 def train_reference(flags, workers, ckpt_dir, cwd):
-    """Trains run.py --emulate_workers=W with `flags` into `ckpt_dir`: the reference a W-worker run must
-    match."""
-    result = run_script("run.py", *flags, f"--emulate_workers={workers}", "--run_name=reference",
-                        f"--ckpt_dir={ckpt_dir}", cwd=cwd)
-    assert result.returncode == 0, result.stderr
+    """run.py --emulate_workers=W with `flags`: the reference a W-worker run must match, its checkpoint in
+    `ckpt_dir` and its results in `cwd`/results. Trained once per session for each (flags, W), then copied:
+    it is deterministic, so a copy is what training it again would write."""
+    key = (tuple(flags), workers)
+    if key not in REFERENCES:
+        trained = tempfile.mkdtemp(prefix="reference-")
+        result = run_script("run.py", *flags, f"--emulate_workers={workers}", "--run_name=reference",
+                            "--ckpt_dir=ckpt", cwd=trained)
+        assert result.returncode == 0, result.stderr
+        REFERENCES[key] = trained
+    shutil.copytree(os.path.join(REFERENCES[key], "ckpt"), os.path.join(cwd, ckpt_dir), dirs_exist_ok=True)
+    shutil.copytree(os.path.join(REFERENCES[key], "results"), os.path.join(cwd, "results"), dirs_exist_ok=True)
 
 
 def launch(architecture, *flags, cwd, env=None, **popen):
