@@ -39,6 +39,17 @@ def run_module(module, *flags, cwd, timeout=300):
                           timeout=timeout, env={**os.environ, "PYTHONPATH": REPO})
 
 
+@pytest.fixture(scope="session")
+def verify_run(tmp_path_factory):
+    """One make verify of every run on the tiny config, 30 steps (its directory and CompletedProcess): what
+    test_verify checks and test_report reports on."""
+    work = tmp_path_factory.mktemp("verify")
+    result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=30",
+                             "--warmup_steps=5", "--log_every=30"], cwd=work, capture_output=True, text=True,
+                            timeout=900)
+    return work, result
+
+
 REFERENCES = {}  # (flags, W): the directory of a reference trained once in this session
 
 

@@ -1,6 +1,5 @@
 """make report (python -m reporting): a PDF built from small real runs, read back and rendered."""
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,12 +17,9 @@ VERIFY_RUNS = ["reference", "tf", "horovod", "tf-async"]
 
 
 @pytest.fixture(scope="module")
-def verified(tmp_path_factory):
-    """A results directory from a real make verify: tiny config, a few steps, four runs (about a minute)."""
-    work = tmp_path_factory.mktemp("verify")
-    result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=12",
-                             "--warmup_steps=2", "--log_every=12", f"--runs={','.join(VERIFY_RUNS)}"],
-                            cwd=work, capture_output=True, text=True, timeout=600)
+def verified(verify_run):
+    """The results directory of the session's make verify (conftest.verify_run)."""
+    work, result = verify_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return work / "results"
 
