@@ -75,7 +75,7 @@ setup: .venv/.setup-done
 	touch $@
 
 test: setup
-	$(PYTHON) -m pytest -q -rs tests  # -rs: why each skipped test skipped
+	$(PYTHON) -m pytest -q -rs --durations=10 tests  # -rs: why each test skipped; the ten slowest
 
 # Standard library only: python3 when make setup has not made the venv yet.
 data:

@@ -3,9 +3,8 @@
     python run.py --model=lstm --config=small --steps=300
     python run.py --emulate_workers=2      # the bit-for-bit reference of a synchronous 2-worker run
 
-With --emulate_workers=W each step computes the gradients of W shards of the global batch (worker r's rows,
-harness.data.shard) and combines them as a synchronous W-worker run does (update.average_worker_gradients).
-W = 1 is plain single-device training. `python run.py --help` lists every flag.
+With --emulate_workers=W each step computes the gradients of W shards of the global batch (worker r's rows)
+and combines them as a synchronous W-worker run does (update.average_worker_gradients).
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
@@ -18,10 +17,8 @@ import tensorflow as tf
 
 
 def reference_step(model, config, seed, feed, num_workers):
-    """The graph of one training step, computed as `num_workers` workers' shards of the global batch.
-
-    Returns the variables, the kind of each one's gradient, the global batch's objective, the final state, the
-    global gradient norm and the update op."""
+    """One training step computed as `num_workers` workers' shards of the global batch: (params, kinds of
+    gradient, objective, final state, global gradient norm, train op)."""
     params = Params(model, config, seed)
     objectives, final_states, gradients = [], [], []
     for r in range(num_workers):  # worker r's forward and backward pass, on its rows only

@@ -4,14 +4,10 @@ Neural Networks", EuroSys 2019, arXiv:1808.02621).
 
     make run-parallax WORKERS=2 PS=1
 
-Parallax itself needs its own TensorFlow 1.x fork and Python 2.7/3.6 and cannot be installed on a current
-Python (docs/setup.md). This runner rebuilds its architecture on real engines, TensorFlow's distributed
-runtime for the parameter servers and Horovod for the allreduce; it does not run Parallax's code.
-
-It is run.py with the lines marked "Parallax:" changed. As Parallax does, it decides placement from the
-gradients: a variable whose gradient is tf.IndexedSlices is sparse and lives on the parameter servers (in
---partitions parts, round robin as Parallax's TensorFlow 1 split them, spread by size); every other variable is
-dense, replicated on every worker and averaged with hvd.allreduce. The step is harness/hybrid.py's.
+Parallax itself cannot be installed on a current Python (docs/setup.md), so this rebuilds its architecture on
+TensorFlow's distributed runtime and Horovod; it does not run Parallax's code. It is run.py with the lines
+marked "Parallax:" changed: a variable whose gradient is tf.IndexedSlices is sparse and lives on the parameter
+servers (in --partitions parts); every other is replicated and allreduced. The step is harness/hybrid.py's.
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads

@@ -5,17 +5,10 @@ parameter-server tasks, every worker its own process and client, real gRPC serve
     python run_tf.py --job_name=ps --task_index=0 --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222
     python run_tf.py --job_name=worker --task_index=0 --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222
 
-It is run.py with the lines marked "PS:" changed. Variables live on the parameter servers, spread by size
-(greedy); the sparse ones may be split into --partitions parts (--partition_strategy). Each worker trains its
-rows of the global batch, reading the variables from the parameter servers. How a step synchronises
-(harness/ps_steps.py):
-
-    synchronous (default)   every worker's gradient of step t goes to a queue of its own on each variable's
-                            server; the chief averages exactly one from each worker, in worker order, applies
-                            the update and hands every worker a token for step t + 1
-    --sync=false            every worker applies its own gradient as soon as it has it (stale gradients)
-    --sync_replicas         TensorFlow's SyncReplicasOptimizer, for make bench to price exactness beside it;
-                            not exact, so verify does not run it
+It is run.py with the lines marked "PS:" changed. Variables live on the parameter servers, spread by size;
+sparse ones may be split into --partitions parts. Each worker trains its rows of the global batch. A step
+(harness/ps_steps.py) is synchronous (the chief averages exactly one gradient per worker, in worker order),
+asynchronous (--sync=false), or TensorFlow's SyncReplicasOptimizer (--sync_replicas; not exact).
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads

@@ -2,35 +2,20 @@
 
     python verify.py --config=small --steps=60 --workers=2 --ps=1
 
-Trains with one seed and config: the reference (run.py --emulate_workers=W), the parameter servers
-synchronously (run_tf.py), Horovod with the sparse path and with --sparse_as_dense (run_horovod.py), the
-hybrid (run_parallax.py) without and with --local_aggregation, and, as a row expected to differ, the
-parameter servers asynchronously. Then it compares every checkpoint with the reference and every
-synchronous one with every other (checkpoints_compare), prints a table, and writes
-<results_dir>/verify.json:
+Trains with one seed and config the reference (run.py --emulate_workers=W), the parameter servers
+synchronously (run_tf.py), Horovod with and without --sparse_as_dense (run_horovod.py), the hybrid
+(run_parallax.py) without and with --local_aggregation, and, as a row expected to differ, the asynchronous
+parameter servers. Compares every checkpoint with the reference's and every synchronous one with every other
+(checkpoints_compare), prints a table and writes <results_dir>/verify.json (docs/outputs.md).
 
-    {"config": {...}, "match": "identical" | "tolerance",
-     "runs": [{"name", "expected", "command", "checkpoint", "final_loss", "throughput"}],
-     "pairs": [{"a", "b", "max_abs_diff", "max_scaled_diff", "max_ulp", "identical", "within_tolerance",
-                "differing_variables", "outside_tolerance", "verdict", "cause"}],
-     "passed": bool}
+With up to 2 workers every synchronous run must be IDENTICAL to the reference, bit for bit: each reduction of
+two workers' gradients is one commutative addition. With more, Horovod's ring adds in its own order, so runs
+that allreduce must be within tolerance (--rtol, --atol; default the model's TOLERANCE); --match overrides.
+--faults kills a task of a run mid-way and resumes it (make verify FAULTS=1); it must still match.
+--runner_args "parallax=--average_sparse=false" is a negative control: it must fail, naming the variables.
 
-The verdict. With 2 workers (or 1) every synchronous run must be IDENTICAL to the reference, bit for bit: each
-reduction of two workers' gradients is one commutative addition, so any correct run reaches the same bits,
-and a run that does not is wrong however small the difference. With more workers, Horovod's ring adds the
-workers' dense gradients in its own order, so runs that allreduce must be within tolerance (--rtol, --atol;
-by default the model's TOLERANCE) and the table names that cause. --match=identical or --match=tolerance
-overrides the default, and the output says so. Exit status 0 only when every synchronous run passes; 1 when
-one does not, when a run fails, or when a run's loss or parameters are not finite; 2 on bad input, found
-before the first run starts.
-
---faults (make verify FAULTS=1) adds tf-fault, horovod-fault and parallax-fault: each of those runs once more
-with periodic checkpoints, the launcher kills one of its tasks (a parameter server, a worker, the chief) at a
-step drawn from the seed, and the run is resumed (--resume); it must then match the reference as the
-uninterrupted run does. This is the fault test to run on your own cluster.
-
---runner_args NAME=FLAGS adds flags to one run, for negative controls: "parallax=--average_sparse=false" (sums
-instead of averaging) or "horovod=--seed=2" must fail, naming the variables that differ.
+Exit status 0 only when every synchronous run passes; 1 when one does not, a run fails or its loss or
+parameters are not finite; 2 on bad input, found before the first run starts.
 """
 import harness.determinism  # first: the models verify loads to check flags import TensorFlow
 import math

@@ -20,9 +20,8 @@ def main():
 
 
 def train_step(model, config, seed, feed):
-    """run.py's step on one device: the model's loss, gradients and update, nothing more. Returns the fetches
-    (the objective, the final state and the update op), {variable name: the variable (its parts)} and
-    {variable name: its gradient} (bench.step_trace traces when the step reads each and when each is ready)."""
+    """run.py's step on one device, nothing more: ([objective, final state, update op], {name: variable},
+    {name: gradient}); bench.step_trace traces the last two."""
     params = Params(model, config, seed)
     objective, final_state = feed.loss(params, seed)
     gradients = params.gradients(objective)
@@ -31,8 +30,7 @@ def train_step(model, config, seed, feed):
 
 
 def timed_steps(args, units_per_step, feed, fetches):
-    """The throughput summary of --steps session.runs of `fetches` (objective, final state, train op),
-    nothing else in the loop."""
+    """The throughput summary of --steps session.runs of `fetches`, with nothing else in the loop."""
     timer = ThroughputTimer(args.warmup_steps)
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())

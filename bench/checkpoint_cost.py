@@ -1,7 +1,6 @@
-"""What do periodic checkpoints cost? run.py without them against run.py with --save_every, in turn on the same
-core (bench/pinned.py), the first alternating; the figure is the ratio of their aggregate words/sec (all words
-over all the measured steps' seconds, which include the saves: a median per step would hide them), and
-each save's size and time as run.py prints them.
+"""What periodic checkpoints cost: run.py with --save_every against run.py without, in turn on one core
+(bench/pinned.py). The figure is the ratio of their aggregate words/sec (the saves are inside the measured
+steps' seconds: a median per step would hide them), with each save's size and time as run.py prints them.
 
     python -m bench.checkpoint_cost --config=small --steps=300 --warmup_steps=50 --save_every=50 --rounds=2
     python -m bench.checkpoint_cost --config=lm1b --steps=12 --warmup_steps=2 --save_every=5 --rounds=1

@@ -1,31 +1,14 @@
 """What the traffic model's bytes leave out, measured on this machine with the real engines: each protocol's
-fixed cost per message and the rate it carries bytes at when the link is not what limits it, and the CPU time
-per byte of the sparse rows' work. The bound of bench/traffic.py is built from them (docs/bench.md, "The
-bound"); make bench measures them before its sweep and keeps them, with the machine's description, in
-results/bench-costs.json, measuring again only when the machine or its software differ.
+fixed cost per message, its rate where the link does not limit it and its payload's share of a shaped link,
+and the CPU time per byte of the sparse rows' work. bench/traffic.py's bound is built from them (docs/bench.md,
+"The bound"); make bench measures them once per machine and software. Needs root (network namespaces).
 
-    python -m bench.costs            # measure, print the table, write results/bench-costs.json (about 3 minutes)
+    python -m bench.costs            # measure, print the table, write results/bench-costs.json
     python -m bench.costs --quick    # small sizes and few repeats: seconds, for the tests
 
-Protocols, each between two machines of an emulated cluster (harness/starters/netns.py) whose link is not
-shaped, so that the protocol, not the link, limits (bench/protocol_probe.py runs on both):
-    grpc    TensorFlow's gRPC runtime: a worker's pull of a parameter server's variable and push to it
-    gloo    Horovod's Gloo allreduce and allgather between two ranks, and the CPU its background thread takes
-            while the ranks are idle (it coordinates them every cycle)
-    mpi     Horovod's MPI allreduce and allgather between two ranks under mpirun, over TCP on loopback (mpirun
-            starts its ranks on this machine's network, so not between namespaces; -mca btl tcp,self as
-            Parallax's experiments ran MPI between machines)
-    mpi-local  the same through shared memory (-mca btl vader,self): MPI between the ranks of one machine
-Each is fitted as seconds = fixed + wire bytes / rate through the smallest and the largest size's medians, with
-the CPU seconds the whole machine spends per byte a rank sends at the largest size (both ends share it);
-gRPC's cost of a message is the slope of a pull of many small tensors in one run against one. Then gRPC (a
-pull and a push at once) and Gloo again over a link shaped at SHAPED (the emulated cluster's htb), Gloo at each
-of SHAPED_RANKS ranks: the rate each carries there in each direction, over the link's, is the share of a shaped
-link its payload gets (headers and acknowledgements take the rest; a ring of more ranks stalls differently).
-Rows, in this process on one core: deduplicating a sparse gradient (harness.variables.deduplicate), applying
-distinct rows with Adagrad (lm1b's rule) and adding dense gradients, each per byte of rows; densifying a sparse
-gradient into its table (tf.convert_to_tensor, as --sparse_as_dense does) and applying a dense gradient to a
-whole table, each per byte of the table.
+Protocols (bench/protocol_probe.py): grpc (a pull and a push between a worker and a parameter server) and gloo
+(Horovod's allreduce and allgather), between two machines of an emulated cluster; mpi (over TCP) and
+mpi-local (through shared memory), two ranks under mpirun on this machine. Rows: on one core, in this process.
 """
 import contextlib
 import io
@@ -53,7 +36,7 @@ SHAPED_SIZES = [1 << 18, 1 << 20]  # both beyond htb's bucket of 10 ms of traffi
 SHAPED_RANKS = (2, 4)  # the rank counts Gloo's share is measured at; a run uses the nearest (docs/bench.md)
 PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
 IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
-FORMAT = 5  # what a record holds: 5 has the payload's share of a shaped link per rank count
+FORMAT = 5  # the record's layout: a record of another FORMAT is measured again
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
 
 
@@ -63,10 +46,10 @@ def quantiles(seconds):
 
 
 def fit(timings):
-    """seconds = fixed + bytes / rate from the medians of `timings` ({size in bytes: [seconds]}): the rate from
-    the smallest and the largest size, the fixed cost what the smallest size takes beyond its bytes (a
-    least-squares line would be the largest sizes' alone). Between two ranks a rank sends its tensor's size in
-    an allreduce (2 (N-1)/N of it) as in an allgather, so the size is the bytes on the wire in every probe."""
+    """seconds = fixed + bytes / rate through the medians of the smallest and the largest size of `timings`.
+
+    Two points, not least squares, which the largest sizes would dominate. With two ranks an allreduce puts its
+    tensor's size on the wire (2 (N-1)/N of it) as an allgather does: the size is the wire bytes of every probe."""
     points = sorted(({"size": int(size), **quantiles(seconds)} for size, seconds in timings.items()),
                     key=lambda p: p["size"])
     small, large = points[0], points[-1]
@@ -77,8 +60,7 @@ def fit(timings):
 
 
 def run_probe(probe_tasks, starter, timings_file):
-    """Runs the probe's tasks; returns the timings rank 0 wrote. Their output is kept, and shown only if one
-    fails."""
+    """Runs the probe's tasks and returns the timings rank 0 wrote; their output is shown only if one fails."""
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         status = tasks.run_tasks(probe_tasks, starter)
@@ -149,16 +131,16 @@ def measure_mpi(args, transport):
 
 
 def fit_with_cpu(timings, operation, ranks):
-    """fit() of an operation, with the machine's CPU seconds per byte a rank sent at the largest size: each of
-    `ranks` sends that size (two ranks' allreduce sends 2 (N-1)/N of it)."""
+    """fit() of `operation`, with the machine's CPU seconds per byte each of `ranks` ranks sent at the largest
+    size."""
     fitted = fit(timings[operation])
     largest = max(int(size) for size in timings[operation])
     return {**fitted, "cpu_seconds_per_byte": timings["cpu_seconds"][operation] / (ranks * largest)}
 
 
 def protocols(grpc, collectives):
-    """The fitted protocols from the probes' timings on an unshaped link; gRPC's cost of a message from its pull
-    of many small tensors in one run against one (their sizes say how many)."""
+    """The protocols fitted to the unshaped probes; gRPC's cost of a message is the slope of a pull of many
+    small tensors in one run against one."""
     (one_size, one), = grpc["pull_one_small"].items()
     (many_size, many), = grpc["pull_many_small"].items()
     tensors = int(many_size) // int(one_size)
@@ -171,12 +153,11 @@ def protocols(grpc, collectives):
 
 
 def payload_shares(timings, link, ranks):
-    """{transport: {quantile: its payload's share of `link`}} from each transport's `timings` with `ranks` ranks:
-    the rate it carries bytes at over the link in each direction at once, over the link's rate: the larger size's
-    bytes a rank sends (2 (N-1)/N of it in a ring allreduce, N-1 tensors in an allgather) over its p16, median
-    and p84 time less the fitted fixed cost (the fast end, the middle and the slow end of the link's delivery).
-    Every run loads both directions of its links, and the acknowledgements of what a machine receives share what
-    it sends: gRPC is timed as a pull and a push at once, and every rank of a collective sends and receives."""
+    """{transport: {quantile: share}}: the rate each carries a rank's bytes at over `link` (p16, median, p84
+    time less its fixed cost: the link's fast end, middle and slow end), over the link's rate.
+
+    gRPC is timed as a pull and a push at once: every run loads both directions of its links, and the
+    acknowledgements of what a machine receives share what it sends."""
     sent = {"grpc": 1.0, "gloo allreduce": 2 * (ranks - 1) / ranks, "gloo allgather": ranks - 1}
     shares = {}
     for name, measured in timings.items():
@@ -192,10 +173,9 @@ def gloo_timings(gloo):
 
 
 def measure_rows(args):
-    """Seconds per byte of rows: deduplicating a gradient of `rows` positions with repeats (Zipf, as words are),
-    applying its distinct rows with Adagrad (lm1b's rule), and adding two dense gradients; and per byte of a
-    table: densifying the gradient into it (Horovod's --sparse_as_dense) and applying a dense gradient to the
-    whole table with the same rule; on one core."""
+    """CPU seconds per byte on one core: per byte of rows, to deduplicate a Zipf-distributed sparse gradient,
+    apply its distinct rows with Adagrad (lm1b's rule) and add dense gradients; per byte of a table, to densify
+    the gradient into it (--sparse_as_dense) and apply a dense gradient to all of it."""
     rows, vocab = (20_000, 100_000) if not args.quick else (2_000, 10_000)
     rng = np.random.default_rng(args.seed)
     indices = np.minimum(rng.zipf(1.2, rows) - 1, vocab - 1).astype(np.int32)
@@ -213,7 +193,7 @@ def measure_rows(args):
             return tf.group(*Adagrad(1.0).apply(table, [accumulator], gradient, 0.2, 0))
         deduplicated = deduplicate(gathered)
         operations = {
-            # Each result is fetched through a sum of its first row: a tf.group of them was optimised away.
+            # Each result is fetched through a sum of its first row: a tf.group of them is optimised away.
             "deduplicate": (tf.reduce_sum(deduplicated.values[:1]), rows * row_bytes),
             "apply": (apply(unique), len(distinct) * row_bytes),
             "add": (tf.reduce_sum((gathered.values + gathered.values)[:1]), rows * row_bytes),
@@ -227,6 +207,8 @@ def measure_rows(args):
 
 
 def measure(args):
+    """The record: the protocols fitted on unshaped links, their payload's shares of links shaped at SHAPED
+    (Gloo's at each of SHAPED_RANKS), and the rows' costs on one core."""
     cpus = os.sched_getaffinity(0)
     grpc, gloo = measure_grpc_and_gloo(args)
     shaped = netns.Link.parse(SHAPED)
@@ -246,8 +228,8 @@ def measure(args):
 
 
 def load(results_dir):
-    """The costs measured on this machine with its software (results/bench-costs.json), or None (also for a
-    record of an older FORMAT)."""
+    """The costs measured on this machine with its software (results/bench-costs.json), or None, also for a
+    record of another FORMAT."""
     path = os.path.join(results_dir, COSTS)
     if not os.path.exists(path):
         return None

@@ -1,10 +1,7 @@
-"""Where the hybrid overtakes allgather, measured and predicted (python -m bench.run --crossover, docs/bench.md).
+"""Where the hybrid overtakes allgather (python -m bench.run --crossover, docs/bench.md): the smallest W of the
+sweep at which the hybrid trains more words/sec, measured (the runs' medians) and predicted (their bounds).
 
-Allgather sends every worker's rows to every other worker, so the bytes on each link grow with W; the hybrid
-sends each worker's rows to their parameter servers and back, so they stay near twice one worker's rows. The
-crossover is the smallest W of the sweep at which the hybrid trains more words/sec than allgather: measured, from
-the runs' median step rates, and predicted, from the same runs' bounds (bench/traffic.py). Both runners train
-the same words per step at a W, so the predicted ratio is allgather's bound over the hybrid's.
+Allgather's bytes on each link grow with W; the hybrid's stay near twice one worker's rows.
 """
 import statistics
 
@@ -12,8 +9,8 @@ ALLGATHER, HYBRID = "horovod", "parallax"
 
 
 def points(runs):
-    """{runner: {W: (measured words/sec, the model's)}} from (runner, W, measured, the model's words/sec) of every
-    run, each the median over a W's repeats; the model's words/sec is the run's words per step over its bound."""
+    """{runner: {W: (measured words/sec, the model's)}}, each the median over a W's runs, from (runner, W,
+    measured, the model's words/sec) of every run."""
     grouped = {}
     for runner, w, measured, model in runs:
         grouped.setdefault(runner, {}).setdefault(w, []).append((measured, model))
@@ -23,7 +20,8 @@ def points(runs):
 
 
 def runs_of(records):
-    """points()'s (runner, W, measured, the model's words/sec) of bench.jsonl's measured records."""
+    """points()'s input from bench.jsonl's measured records: the model's words/sec is words per step over the
+    bound."""
     return [(r["runner"], r["workers"], r["throughput"]["median"], r["words_per_step"] / r["bound_seconds"])
             for r in records if "skipped" not in r]
 

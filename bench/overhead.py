@@ -1,13 +1,11 @@
-"""make bench-overhead: what does the harness cost? words/sec of run.py against bench/bare_loop.py, the same
-graph in a loop with nothing around it. Each round runs both in turn on the same core (this machine's cores
-differ in speed: never one core against another), the first of them alternating from round to round, so that
-a drift of the machine's load favours neither.
+"""make bench-overhead: what the harness costs, as words/sec of run.py against bench/bare_loop.py (the same graph
+in a loop with nothing around it), each round both in turn on one core (bench/pinned.py).
 
     python -m bench.overhead --config=small --steps=300 --warmup_steps=50 --rounds=4
 
 Writes <results_dir>/bench-overhead.json. The figure is the median over rounds of
-(run.py median words/sec) / (bare loop median words/sec); the target is >= 0.97. Exit status 0 when it is met,
-1 when it is missed."""
+(run.py median words/sec) / (bare loop median words/sec); exit status 0 when it reaches --target (0.97), 1 when
+it does not."""
 import json
 import os
 import statistics

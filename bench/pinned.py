@@ -1,6 +1,5 @@
-"""Paired timing on a shared, noisy machine whose cores differ in speed (by up to 30% here): the two programs
-compared run in turn on the same core, never one core against the other, and the one that goes first
-alternates from round to round, so that a drift of the machine's load favours neither."""
+"""Paired timing on a noisy machine whose cores differ in speed: the two programs run in turn on the same core,
+and the one that goes first alternates from round to round, so that a drift of the load favours neither."""
 import os
 import subprocess
 import sys
@@ -10,9 +9,8 @@ CORE = min(os.sched_getaffinity(0))
 
 
 def in_turn(commands, round_index):
-    """Runs each of `commands` ({name: arguments of python: a script's path, or -m and a module of the
-    repository}) to its end, one after another, pinned to CORE; the first is the other one every other round.
-    Returns ({name: its standard output}, the name that went first)."""
+    """Runs `commands` ({name: python's arguments}) one after another on CORE, in reverse order every other
+    round; returns ({name: its standard output}, the name that went first)."""
     order = list(commands) if round_index % 2 == 0 else list(commands)[::-1]
     outputs = {}
     for name in order:

@@ -1,18 +1,15 @@
 """Planning past this machine: the traffic model (bench/traffic.py) extrapolated to clusters this machine cannot
-emulate, and held against Parallax's published LM1B figures.
+emulate, and held against Parallax's published LM1B figure.
 
     python -m bench.predict                          # this repo's config on 8, 16, 32, 48 machines
                                                      # (also written to results/bench-predict.jsonl)
     python -m bench.predict --config=small --net=1gbit --compute_seconds=0.05
     python -m bench.predict --parallax               # Parallax's LM1B cluster against its README figure
 
-The model of a step: every worker computes for `compute_seconds` (its own batch: the batch per worker stays
-fixed as machines are added, as tf_cnn_benchmarks and Horovod's benchmarks scale), and in each phase of the
-step (pull, then exchange) the busiest link direction moves its bytes at the link's rate; nothing overlaps. words/sec = workers x words per worker batch / step time.
-Assumed: one parameter server per machine (Parallax's setup), the ring orders of docs/bench.md, the links the
-only bottleneck of the network (a non-blocking switch), no latency, no per-message cost, no time for the
-parameter servers' own arithmetic. The compute time comes from bench's run.py measurement in
-results/bench.jsonl, or --compute_seconds.
+A step: every worker computes its own batch (fixed as machines are added), then in each phase (pull, exchange)
+the busiest link direction moves its bytes at the link's rate; nothing overlaps. Assumed: one parameter server
+per machine, a non-blocking switch, no latency, no per-message cost, no time for the servers' arithmetic. The
+compute time is make bench's run.py measurement (results/bench.jsonl), or --compute_seconds.
 """
 import os
 
@@ -24,38 +21,20 @@ import numpy as np
 
 from bench import costs, traffic
 
-# Parallax's LM1B example (snuspl/parallax examples/lm1b) and its README's benchmark cluster: 6 TITAN Xp a
-# machine, "Mellanox ConnectX-4 cards with 100Gbps InfiniBand" (README.md).
+# Parallax's LM1B example (snuspl/parallax examples/lm1b) on its README's cluster: 6 TITAN Xp a machine,
+# 100 Gbit/s InfiniBand.
 PARALLAX_LM1B = {"vocab": 793_470, "embedding": 512, "lstm": 2048, "projection": 512, "sampled": 8192,
                  "batch_per_gpu": 128, "num_steps": 20, "gpus_per_machine": 6, "partitions": 32, "link": "100gbit"}
-# Its README figure (doc/figure/benchmark.png), LM1B words/sec at 1, 2, 4 and 8 machines, read off the bars
-# (about +-5%).
+# Its README figure (doc/figure/benchmark.png): LM1B words/sec at 1, 2, 4 and 8 machines, read off the bars.
 PARALLAX_MACHINES = (1, 2, 4, 8)
 PARALLAX_PUBLISHED = {"ps": (88_000, 128_000, 147_000, 101_000), "allreduce": (68_000, 47_000, 43_000, 40_000),
                       "hybrid": (88_000, 150_000, 250_000, 277_000)}
-# How its experiments moved each operation's tensors (parallax/run_parallax_exp.py on branch exp, and
-# doc/installation.md), written down before any comparison:
-#   pull, push  TensorFlow's runtime with --protocol=grpc+verbs: tensors by RDMA over InfiniBand, at the link's
-#               rate; each tensor still a message of the runtime, at gRPC's cost of a message measured here
-#   allreduce   Horovod 0.11.2 built with HOROVOD_GPU_ALLREDUCE=NCCL: GPU to GPU at the link's rate; a
-#               collective's fixed cost (Horovod's negotiation over MPI) as measured here for MPI
-#   allgather   the same Horovod's sparse path, MPI_Allgatherv on the CPU, mpirun -mca btl_tcp_if_include
-#               enp129s0f0: MPI over TCP at the rate and fixed cost measured here (the interface's speed is not
-#               published); between the ranks of one machine MPI's shared memory (its default within a node),
-#               measured here
-# The sparse rows travel as gathered, repeats included: TensorFlow 1's IndexedSlices and Horovod's allgather
-# send them undeduplicated (model.worker_gradients here deduplicates first). The parameter servers' CPU work
-# is measured here, one core per part (TensorFlow runs the parts' independent updates at once), and so is the
-# hybrid's local aggregation on a machine's CPU; the workers' own update runs on their GPUs, in the compute term.
+# How its experiments (run_parallax_exp.py, doc/installation.md, branch exp) moved each operation's tensors:
+# pull and push by RDMA (grpc+verbs), allreduce by NCCL, the sparse allgather by MPI over TCP, each priced as
+# PARALLAX_INPUTS says. The rows travel as gathered, repeats included, as TensorFlow 1 and Horovod sent them.
 PARALLAX_TRANSPORTS = {"pull": "verbs", "push": "verbs", "allreduce": "nccl", "allgather": "mpi allgather"}
-# How each of the figure's three series ran, as the traffic model's architectures. The figure has five series;
-# these are "Tensorflow-PS", "Horovod" and "Parallax-HYBRID" (its others, Parallax-PS and Parallax-MPI, are
-# Parallax's own modes). Parallax's hybrid aggregates each machine's sparse gradients first: local_aggregation
-# defaults to True (examples/lm1b/parallax_config.py; run_parallax_exp.py does not pass it), a machine's GPUs
-# put their rows in a SparseConditionalAccumulator on the CPU of the machine's first worker and its servers
-# wait for one gradient a machine (core/python/common/graph_transform_lib.py, add_aggregate_gradients_ops_only_
-# between and add_sync_op_only_between, branch exp). No script in Parallax's repository launches its
-# TensorFlow-PS baseline: one worker a GPU, as TensorFlow's own between-graph replication runs, is assumed.
+# The figure's series "Tensorflow-PS", "Horovod" and "Parallax-HYBRID" as the traffic model's architectures.
+# Parallax's hybrid aggregates each machine's sparse gradients first (local_aggregation defaults to True).
 PARALLAX_ARCHITECTURES = {"ps": "ps", "allreduce": "allreduce", "hybrid": "hybrid-local"}
 # Every input of the prediction and where it comes from; "assumed" where neither they nor we measured it.
 PARALLAX_INPUTS = (
@@ -98,9 +77,8 @@ def log_uniform_sample(rng, vocab, count):
 
 
 def parallax_lm1b_rows(p, workers, seed=1):
-    """One step's rows per worker on a Zipf corpus (LM1B's vocabulary is sorted by frequency too): the
-    embedding looks up the batch's words; the softmax gathers its targets and 8,192 sampled classes. Each
-    gradient holds its rows as gathered, repeats included, as TensorFlow 1 sent them."""
+    """One step's rows per worker on a Zipf corpus (LM1B's vocabulary is sorted by frequency too): the batch's
+    words for the embedding, and its targets and the sampled classes for the softmax, repeats included."""
     tokens = data.synthetic_tokens(p["vocab"], seed)
     words = p["batch_per_gpu"] * p["num_steps"]
     rng = np.random.default_rng(seed)
@@ -132,9 +110,9 @@ def repeat_rows(rows, workers):
 
 def extrapolate(model, config, args, compute, machine_counts):
     """bench-predict.jsonl's records: each architecture's predicted words/sec of `config` on each of
-    `machine_counts` machines (one worker and one parameter server a machine, `compute` seconds a step, every
-    sparse variable in one part per server, as Parallax partitions them: in one part, the server that holds
-    it would carry every worker's rows)."""
+    `machine_counts` machines, one worker and one parameter server a machine.
+
+    Every sparse variable is in one part per server, as Parallax partitions it: else one server carries all rows."""
     variables = traffic.model_variables(model, config, args)
     sample = traffic.touched_rows(model, config, args, variables, 1,
                                   range(args.warmup_steps, args.warmup_steps + 48))
@@ -151,8 +129,7 @@ def extrapolate(model, config, args, compute, machine_counts):
 
 
 def write(results_dir, records):
-    """<results_dir>/bench-predict.jsonl, one line per record, written whole or not at all (make report reads
-    it)."""
+    """Writes <results_dir>/bench-predict.jsonl whole or not at all (make report reads it); returns its path."""
     path = os.path.join(results_dir, results.PREDICTIONS)
     results.write_lines(path, records, "prediction")
     return path
@@ -198,17 +175,15 @@ def parallax_costs(measured):
 
 
 def parallax_terms(architecture, machines, rows, costs):
-    """(network seconds, the update's CPU seconds) of a step of Parallax's LM1B on `machines` machines;
-    `rows`: parallax_lm1b_rows of their GPUs."""
+    """(network seconds, the update's CPU seconds) of a step of Parallax's LM1B on `machines` machines."""
     p = PARALLAX_LM1B
     return step_terms(PARALLAX_ARCHITECTURES[architecture], parallax_lm1b_variables(p), rows, machines,
                       p["gpus_per_machine"], netns.Link.parse(p["link"]), p["partitions"], costs)
 
 
 def parallax(args):
-    """Parallax's twelve published points against the model: the compute time calibrated on exactly one, the
-    hybrid at one machine; every other input as PARALLAX_INPUTS says. Beside them, the bytes-only model
-    calibrated the same way."""
+    """Parallax's twelve published points against the model and the bytes-only model, each with its compute
+    time calibrated on one point (the hybrid at one machine) and every other input as PARALLAX_INPUTS says."""
     measured = costs.load(args.results_dir)
     if not measured:
         raise harness.UsageError(f"no protocol costs of this machine in {args.results_dir}: run python -m "

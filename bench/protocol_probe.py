@@ -1,19 +1,13 @@
-"""One task of bench/costs.py's protocol measurements, started by it in an emulated cluster of two machines
-(or under mpirun), timing the real engines:
+"""One task of bench/costs.py's protocol measurements, started by it on an emulated cluster of two machines (or
+under mpirun), timing the real engines:
 
-    --probe=grpc        ps0 holds variables; worker0 times, through TensorFlow's gRPC runtime, a pull (a read of
-                        a ps0 variable into one of its own) and a push (an assignment of its own tensor to a ps0
-                        variable) of each of --sizes bytes, both at once, and a pull of --tensors small tensors
-                        in one run
-    --probe=collective  every rank times Horovod's allreduce (sum) and allgather of each of --sizes bytes per
-                        rank (Gloo; Horovod's MPI operations when started by mpirun), then measures the CPU its
-                        background thread takes while the rank does nothing else (--idle_seconds)
+    --probe=grpc        worker0 times, over TensorFlow's gRPC runtime, a pull from ps0 and a push to it of each
+                        of --sizes bytes, then both at once, and a pull of --tensors small tensors in one run
+    --probe=collective  every rank times Horovod's allreduce and allgather of each of --sizes bytes (Gloo, or MPI
+                        under mpirun), then the CPU its background thread takes while idle (--idle_seconds)
 
-Each timing is --repeats session.runs after one untimed run; worker0 (rank 0) writes them all to
---timings_file as {operation: {size in bytes: [seconds, ...]}}, which bench/costs.py reads (a file: mpirun
-interleaves its ranks' output within a line). For the largest size it also writes the CPU the whole machine
-spent per timed run, both ends of the transfer (they share this machine), under "cpu_seconds": {operation:
-seconds}."""
+Worker0 (rank 0) writes --timings_file, {operation: {size: [seconds]}}, with the machine's CPU seconds per run
+of each operation's largest size under "cpu_seconds"; a file because mpirun interleaves its ranks' lines."""
 import os
 import time
 
@@ -121,9 +115,9 @@ def grpc_probe(args):
 
 
 def background_share(seconds):
-    """The CPU seconds per second this process takes while its main thread sleeps: with TensorFlow idle, what
-    Horovod's background thread takes. It wakes every cycle (1 ms by default) and coordinates the ranks whether
-    or not a tensor is waiting (RunLoopOnce in horovod/common/operations.cc), so a worker pays it computing too."""
+    """The CPU seconds per second this process takes while its main thread sleeps: with TensorFlow idle, Horovod's
+    background thread's. It coordinates the ranks every cycle whether or not a tensor waits (RunLoopOnce in
+    horovod/common/operations.cc), so a computing worker pays it too."""
     cpu, wall = time.process_time(), time.perf_counter()
     time.sleep(seconds)
     return (time.process_time() - cpu) / (time.perf_counter() - wall)
@@ -135,7 +129,7 @@ def collective_probe(args):
     tf.compat.v1.disable_eager_execution()
     operations = {"allreduce": {}, "allgather": {}}
     for size in args.sizes:
-        # A variable, not a constant: a collective of a constant runs once and is then cached (stack facts).
+        # A variable, not a constant: a collective of a constant runs once and is then cached.
         tensor = tf.Variable(floats(size)).read_value()
         operations["allreduce"][size] = tf.reduce_sum(hvd.allreduce(tensor, op=hvd.Sum)[:1])
         operations["allgather"][size] = tf.reduce_sum(hvd.allgather(tensor)[:1])

@@ -4,18 +4,11 @@ against the traffic model (bench/traffic.py, docs/bench.md).
     python -m bench.run --net=100mbit                                         (make bench NET=100mbit)
     python -m bench.run --quick                                               (make bench BENCH=quick)
 
-Sweeps runners x workers x configs x repeats. Every run goes through the launcher with --net: one machine per
-worker, one parameter server per machine (Parallax's setup), each machine's link shaped to the rate, every sparse
-variable of a parameter-server run in one round-robin part per server (--partitions=PS, as Parallax). Scaling
-is weak by default, as the field measures it (tf_cnn_benchmarks, Horovod's synthetic benchmark): every worker
-keeps the config's batch, so W workers train a global batch W times the config's (--batch_size). With
---scaling=strong the W workers share the config's batch, as verify's runs do. Before the sweep, run.py trains
-each config on one device (the base of the speed-ups); before a rate's runs of W workers, W run.py train at
-once, each one worker's batch, and per step the slowest of them is the compute time of the bound.
-
-Each run adds one JSON line to <results_dir>/bench.jsonl (docs/outputs.md) and prints a progress line; the
-end prints a table per config. A run whose bound says it would take longer than --max_run_seconds is skipped
-with a line saying why and what it would cost.
+Sweeps runners x workers x configs x repeats through the launcher: one machine per worker, one parameter server
+per machine (Parallax's setup), each link shaped to --net. Scaling is weak by default: every worker keeps the
+config's batch; with --scaling=strong the W workers share it, as verify's runs do. Each run adds one JSON line
+to <results_dir>/bench.jsonl (docs/outputs.md) and prints a progress line; the end prints a table per config.
+A run whose bound says it would take longer than --max_run_seconds is skipped with a line saying why.
 """
 import contextlib
 import dataclasses
@@ -72,8 +65,7 @@ def parse_flags(argv=None):
                          flag_values=parser)
     flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose predicted bound times its steps exceeds this", lower_bound=1,
                          flag_values=parser)
-    # A run costs its start (15-25 s) plus about a second a step at 100 Mbit/s: 4 left out and 20 measured keep
-    # the default sweep within the hour asked (docs/bench.md, "Warm-up", for what longer runs show).
+    # Short runs keep the default sweep within an hour (docs/bench.md, "Warm-up", for what longer runs show).
     parser.set_default("steps", 24)
     parser.set_default("warmup_steps", 4)
     args = flags.parse(parser, argv)
@@ -124,9 +116,8 @@ def common_flags(args, run_name):
 
 
 def run_quietly(commands, what):
-    """Runs `commands` at once and returns their output. If one fails, the others are stopped and the bench exits
-    1 with its last lines; when the bench is stopped (Ctrl-C, SIGTERM), the runs are stopped with it (the
-    launcher then removes its machines)."""
+    """Runs `commands` at once and returns their output; if one fails, stops the others and exits 1 with its
+    last lines. A stopped bench (Ctrl-C, SIGTERM) stops the runs too, so the launcher removes its machines."""
     with contextlib.ExitStack() as files:
         logs = [(files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
                 for _ in commands]
@@ -142,8 +133,8 @@ def run_quietly(commands, what):
 
 
 def _run_together(commands, logs):
-    """Starts `commands` with their output to `logs`; waits for all, or for the first to fail and stops the
-    rest. Returns the processes and the index of the failed one (None)."""
+    """Starts `commands`, their output to `logs`, and waits for all or for the first to fail, stopping the
+    rest; returns the processes and the index of the failed one (or None)."""
     processes, failed = [], None
     try:
         for command, (out, err) in zip(commands, logs):
@@ -161,8 +152,8 @@ def _run_together(commands, logs):
 
 
 def tasks_peak_resident_bytes(output):
-    """The sum of every task's peak resident memory, as each task prints it when it ends (harness.main) and the
-    launcher prefixes it with the task's name; the launcher's own is left out. None if no task printed it."""
+    """The sum of the peak resident memory each task prints when it ends (the launcher's own left out), or
+    None."""
     peaks = [int(m[1].replace(",", "")) * 2**20 for m in re.finditer(PEAK_RESIDENT, output, re.MULTILINE)]
     return sum(peaks) if peaks else None
 
@@ -185,20 +176,17 @@ def one_device(args):
 
 
 def step_trace(args):
-    """{"needed": {variable: the fraction of one device's step at which the step first reads it}, "ready":
-    {variable: the fraction at which its gradient is ready}} (bench/step_trace.py): where the bound lets the
-    pull overlap the forward pass and the exchange the backward pass."""
+    """bench/step_trace.py's {"needed": {variable: fraction of the step}, "ready": {...}}: how far the bound lets
+    the pull overlap the forward pass and the exchange the backward pass."""
     output = run_quietly([[sys.executable, "-m", "bench.step_trace", *flags.passed_on(args)]],
                          f"bench.step_trace (when {args.config}'s step reads its variables and has its gradients)")
     return next(json.loads(line) for line in output.splitlines() if line.startswith('{"needed"'))
 
 
 def synchronous_compute(args, num_workers):
-    """The compute of a synchronous step of W workers on this machine: W run.py at once, each on one worker's
-    batch with one thread, as the emulated machines' workers share the cores; per step the slowest of them,
-    since a synchronous step waits for its last worker; the median over the timed steps. Returns it and the
-    runs' names. Measured, not scaled from one device: run.py at once is slower than alone even when there are
-    as many cores as copies, and the slowest of W differs from the median of one (docs/bench.md)."""
+    """(compute seconds of a synchronous step of W workers, the runs' names): W run.py at once on one worker's
+    batch each, per step the slowest (the step waits for its last worker), the median over the timed steps.
+    Measured, not scaled from one device: copies at once run slower than one alone, even a core each."""
     batch_size = run_config(args, num_workers).batch_size // num_workers
     names = [f"bench-{args.config}-compute-{args.net.rate}-w{num_workers}-{c}" for c in range(num_workers)]
     run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
@@ -206,7 +194,7 @@ def synchronous_compute(args, num_workers):
                 f"{num_workers} run.py at once (the compute of {args.config} at W={num_workers})")
     seconds = [[r["seconds"] for _, r in results.read_lines(results.steps_path(args.runs_dir, name), "step")
                 if r["step"] >= args.warmup_steps] for name in names]
-    for name in names:  # their final checkpoints (lm1b's: about 0.8 GB each) are never read
+    for name in names:  # their final checkpoints (lm1b's are large) are never read
         shutil.rmtree(os.path.join(args.ckpt_dir, name), ignore_errors=True)
     return statistics.median(max(step) for step in zip(*seconds)), names
 
@@ -227,13 +215,9 @@ def estimate_costs(measured, workers):
 
 def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 trace):
-    """The traffic model's bytes per machine ([(sent, received)]) and the model's terms: record fields
-    (docs/outputs.md). `architecture`: the run's traffic (bench/traffic.py). Every estimate is computing
-    (compute and update) and network, from the same primitives: the lower lets everything overlap (the
-    computation, the pull with the exchange, the protocols with the link at its fast end); the upper nothing
-    (phases, protocols and link at its slow end one after another, and Horovod's background threads beside the
-    compute); the point overlaps the pull with the forward pass and the exchange with the backward pass by
-    `trace` (bench/step_trace.py), at the link's median."""
+    """The traffic model's bytes per machine ([(sent, received)]) and the bound's terms (record fields,
+    docs/outputs.md). The lower estimate overlaps everything, at the link's fast end; the upper nothing, at its
+    slow end; the point overlaps pull and exchange with the compute as `trace` allows, at the link's median."""
     costs = estimate_costs(args.measured_costs, num_workers)
     def network(estimate, **overlaps):
         return traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
@@ -252,8 +236,7 @@ def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machin
 
 
 def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, trace):
-    """Runs one combination; returns its bench.jsonl record (or a skip record). `compute`: synchronous_compute's
-    (seconds, run names) at this W; `trace`: step_trace's fractions."""
+    """Runs one combination and returns its bench.jsonl record (or a skip record)."""
     run = RUNS[runner]
     architecture, runner_flags = run.architecture, list(run.flags)
     batch_size = run_config(args, num_workers).batch_size
@@ -353,9 +336,8 @@ def progress(i, total, record, started):
 
 
 def table(records):
-    """Per config and link: each runner and W's throughput (median of the repeats' medians, and the central 68% of
-    the repeats' per-step rates), speed-up and efficiency against one device (run.py), ratio to the best runner at
-    that W, bytes measured/predicted, step time/bound and step time/the bytes-only bound."""
+    """Per config and link, each runner and W's throughput (median and central 68%, over the repeats), speed-up
+    and efficiency against one device, ratio to the best at that W, bytes measured/predicted, step time/bound."""
     groups = {}
     for r in records:
         groups.setdefault((r["config"], r["link"]), []).append(r)

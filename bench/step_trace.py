@@ -1,11 +1,8 @@
-"""When, within run.py's step on one device, the step first needs each variable and when each variable's
-gradient is ready: fractions of the step (its first op's start to its last op's end, the update included),
-from TensorFlow's step statistics (a traced session.run), the median over --traced_steps steps after the
-warm-up. The bound lets a worker compute until it needs a variable it has not yet pulled, and a gradient's
-exchange start when it is ready, while the backward pass goes on (docs/bench.md): a worker's read of a
-variable on a server is a receive that its first reader waits for, Horovod allreduces each gradient as it is
-ready, and a worker's send of a gradient to its server is an op that runs as soon as its input is. Prints one
-JSON line: {"needed": {variable: fraction}, "ready": {variable: fraction}, "traced_step_seconds": median}.
+"""When run.py's step on one device first reads each variable and when each gradient is ready, as fractions of
+the step (first op's start to last op's end), from TensorFlow's traced step statistics: the median over
+--traced_steps steps after the warm-up. The bound overlaps the pull and the exchange with the compute by them
+(docs/bench.md). Prints one JSON line:
+{"needed": {variable: fraction}, "ready": {variable: fraction}, "traced_step_seconds": median}
 
     python -m bench.step_trace --config=small
 """
@@ -43,9 +40,8 @@ def reader_ops(variables):
 
 
 def fractions(step_stats, ready_ops, readers):
-    """({variable: fraction of the traced step at which its first reader started}, {variable: fraction at which
-    its gradient's op ended}, the step's seconds). Readers that do not run in the step (initialisers) are not
-    in its statistics."""
+    """({variable: fraction of the step at which its first reader started}, {variable: fraction at which its
+    gradient's op ended}, the step's seconds)."""
     nodes = [node for device in step_stats.dev_stats for node in device.node_stats]
     start = min(node.all_start_micros for node in nodes)
     end = max(node.all_start_micros + node.all_end_rel_micros for node in nodes)

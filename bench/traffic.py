@@ -1,11 +1,8 @@
-"""The traffic model: the bytes each machine sends and receives per training step, for each architecture, from
-the variables' shapes, the kinds of their gradients and the rows each step touches. docs/bench.md derives the
-formulas; here they are written as flows, (from task, to task, bytes, phase, operation: pull, push, allreduce
-or allgather), and a flow counts on a machine's link only when its two tasks are on different machines. Flows
-of one phase run at the same time; the phases of a step one after the other (a parameter-server worker pushes
-its gradients only after it has pulled the variables and computed), so a step's network time is the sum over
-phases of the busiest link direction's bytes in that phase divided by the rate; with measured Costs
-(bench/costs.py), at the slower of the link and the protocol, plus each message's fixed cost.
+"""The traffic model: the bytes each machine's link carries per training step under each architecture, from the
+variables' shapes, their gradients' kinds and the rows each step touches (docs/bench.md derives it). A step is
+flows (from task, to task, bytes, phase, operation), in two phases one after the other (pull, then exchange);
+its network time sums each phase's busiest link direction, with measured Costs (bench/costs.py) at the slower
+of the link and the protocol, plus each message's fixed cost.
 
     variables = model_variables(model, config, args)               # shapes and gradient kinds
     rows = touched_rows(model, config, args, variables, num_workers, steps)  # what sparse gradients touch
@@ -46,8 +43,7 @@ class Variable:
 
 
 def model_variables(model, config, args):
-    """The model's variables with the kind of each gradient (from its type, as the runners and Parallax find
-    it; args: seed, data_path)."""
+    """The model's variables, each with its gradient's kind as the runners find it."""
     kinds = placement.variable_kinds(model, config, args.seed, model.data(config, args.data_path, args.seed))
     return [Variable(name, spec.shape, kinds[name]) for name, spec in model.variables(config).items()]
 
@@ -60,16 +56,14 @@ def sparse_share(model, config_name, args):
 
 @dataclasses.dataclass
 class Rows:
-    """Per step, on average over the sampled steps: for worker w and sparse variable v, `gathered[w][v]` row
-    indices read (one per looked-up position: what a worker pulls from a parameter server) and `unique[w][v]`
-    distinct rows (what its deduplicated gradient holds), each as an array of indices of one sampled step.
-    `steps` lists the sampled steps' index arrays: steps[i][w][v] = (gathered indices, distinct indices)."""
+    """The rows sparse gradients touch: steps[i][w][v] = (gathered, distinct) indices of sampled step i, worker w
+    and variable v; gathered has one per looked-up position (what the worker pulls), distinct what its
+    deduplicated gradient holds."""
     steps: list
 
 
 def touched_rows(model, config, args, variables, num_workers, sample_steps):
-    """The rows each worker's sparse gradients touch at the steps `sample_steps`, found by building a worker's
-    gradients and evaluating their indices on the run's data (args: seed, data_path)."""
+    """The rows each worker's sparse gradients touch at `sample_steps`, evaluated on the run's data."""
     sparse = [v.name for v in variables if v.kind == "sparse"]
     if not sparse:
         return Rows([])
@@ -130,7 +124,7 @@ def _ring_allgather(chunks):
 
 def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None,
           strategy="mod", only=None):
-    """[(from task, to task, bytes, phase, operation)] of one step (`step_rows`: one element of Rows.steps), for:
+    """[(from task, to task, bytes, phase, operation)] of one step (`step_rows`: one of Rows.steps), for:
 
     ps               run_tf.py: every variable on the parameter servers; each worker pulls the dense variables
                      whole and the rows it looks up, and pushes its dense gradients whole and its distinct
@@ -141,9 +135,8 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     hybrid-local     run_parallax.py --local_aggregation: as hybrid, but each machine's first worker pushes the
                      union of its machine's rows (`machine_groups`: the workers of each machine)
 
-    Sparse variables are split into `partitions` parts by `strategy` (harness.variables.part_rows) and the parts spread over
-    the servers by size, as the runners place them. `only`: the names of the variables whose flows are wanted
-    (None: all), placed as among all of them."""
+    Sparse variables are split into `partitions` parts and placed on the servers as the runners place them.
+    `only`: the variables whose flows are wanted (None: all), placed as among all of them."""
     found = []
     wanted = set(only if only is not None else (v.name for v in variables))
     sparse = [v for v in variables if v.kind == "sparse"]
@@ -152,8 +145,7 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
         densified = dense + (sparse if architecture == "allreduce-dense" else [])
         found += _ring(num_workers, sum(v.bytes for v in densified if v.name in wanted))
         if architecture == "allreduce":
-            # Horovod allreduces a tf.IndexedSlices as two allgathers, its values and its indices
-            # (horovod/tensorflow/__init__.py, allreduce: "do two allgathers instead of an allreduce").
+            # Horovod allreduces a tf.IndexedSlices as two allgathers, its values and its indices.
             for v in (v for v in sparse if v.name in wanted):
                 for row_bytes in (v.row_bytes, INDEX_BYTES):
                     found += _ring_allgather([len(step_rows[w][v.name][1]) * row_bytes for w in range(num_workers)])
@@ -184,8 +176,7 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
 def paced_link_bytes(architecture, variables, rows, num_workers, num_ps, machine_of, paces, partitions=1,
                      strategy="mod"):
     """Each machine's (sent, received) bytes per chief step of an asynchronous run in which worker w takes
-    paces[w] steps per chief step: each worker's own flows (every flow of a PS step is one worker's), in
-    proportion, averaged over the sampled steps of `rows`."""
+    paces[w] steps per chief step, averaged over the sampled steps."""
     per_step = []
     for step in rows.steps or [None]:
         found = flows(architecture, variables, step, num_workers, num_ps, partitions, strategy=strategy)
@@ -201,8 +192,7 @@ def _mean_per_machine(per_step):
 
 
 def link_bytes(step_flows, machine_of):
-    """[(bytes sent, bytes received)] of each machine's link for `step_flows`; `machine_of[task]` is the
-    machine index of each task. Flows between tasks of one machine stay on it (loopback)."""
+    """[(bytes sent, bytes received)] of each machine's link; flows within a machine stay on it (loopback)."""
     machines = max(machine_of.values()) + 1
     sent, received = [0.0] * machines, [0.0] * machines
     for source, destination, size, _, _ in step_flows:
@@ -220,12 +210,9 @@ def transports(collective="gloo"):
 
 @dataclasses.dataclass(frozen=True)
 class Costs:
-    """What a step costs beyond its bytes over the links, as bench/costs.py measures it: per protocol ("grpc"
-    between a worker and a parameter server; "gloo allreduce", "gloo allgather", "mpi allgather"... between
-    Horovod's ranks: `transports` names each operation's) the rate it carries bytes at when the link does not
-    limit it and its fixed seconds per message; and the CPU seconds per byte of rows to deduplicate a sparse
-    gradient, to apply rows (and dense values) with the update rule, and to add dense gradients. Costs() is the
-    bytes-only bound: every rate infinite, nothing fixed, no CPU work."""
+    """What a step costs beyond its bytes over the links, as bench/costs.py measures it, per transport ("grpc",
+    "gloo allreduce", ...) and per byte of the rows' work. Costs() is the bytes-only bound: every rate
+    infinite, nothing fixed, no CPU work."""
     rates: dict = dataclasses.field(default_factory=dict)  # transport: bytes per second (absent: infinite)
     message_seconds: dict = dataclasses.field(default_factory=dict)  # transport: seconds per message
     # work: CPU seconds per byte to "deduplicate", "apply" and "add" rows; per byte of a table, to "densify" a
@@ -244,12 +231,9 @@ class Costs:
 
     @classmethod
     def measured(cls, costs, workers=2, collective="gloo", shared_cores=0, quantile="median"):
-        """From bench/costs.py's record: gRPC's slower direction, the larger CPU per byte of its pull and push,
-        and its cost of a message (a gRPC flow adds one tensor to a run); each collective operation's own rate,
-        CPU per byte and fixed cost (a collective is a message of its own); each one's payload's share of a
-        shaped link at `quantile` of its timings ("p16": the fast end, "median", "p84": the slow end), measured
-        with the rank count nearest `workers` (ties: the fewer); the share of a core Horovod's background thread
-        takes, for each collective."""
+        """From bench/costs.py's record: gRPC's slower direction, each collective operation's own figures, and
+        the payload's shares of a shaped link at `quantile` ("p16": its fast end, "median", "p84": its slow end),
+        measured with the rank count nearest `workers`."""
         protocols, rows = costs["protocols"], costs["rows"]
         grpc = [protocols["grpc"][operation] for operation in ("pull", "push")]
         rates, cpu = ({"grpc": min(op["bytes_per_second"] for op in grpc)},
@@ -275,8 +259,7 @@ class Costs:
 
 
 def shares_nearest(shares_by_ranks, workers):
-    """{transport: shares} of `shares_by_ranks` ({rank count: {transport: shares}}), each transport's from the
-    rank count nearest `workers` it was measured at (ties: the fewer)."""
+    """{transport: shares}, each transport's from the rank count nearest `workers` (ties: the fewer)."""
     nearest = {}
     for ranks in sorted(shares_by_ranks, key=lambda ranks: (abs(int(ranks) - workers), int(ranks)), reverse=True):
         nearest.update(shares_by_ranks[ranks])
@@ -284,15 +267,10 @@ def shares_nearest(shares_by_ranks, workers):
 
 
 def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()):
-    """The time of one phase of the step's flows (None: all of them, as one phase): its busiest link direction's
-    time, each flow's bytes at the slower of its payload's share of the link's rate (costs.payload_shares) and
-    its protocol's rate (costs.serial: at the one, then the other), plus its protocol's cost of a message (a
-    flow is one message). A flow within a machine is free, unless its transport has one of its own there
-    (costs.local_transports: MPI through shared memory), whose work its sender does. Where every machine's tasks
-    share this machine's cores (costs.shared_cores: the emulated cluster), the phase takes at least the
-    protocols' work of all its flows, loopback ones included: their CPU (both ends, measured per byte) spread
-    over the cores, plus their messages' fixed costs one after another (a collective's was measured with two
-    ranks at once: each rank's flow takes half of it), and no less than its longest flow alone."""
+    """The seconds of `phase` of the flows (None: all, as one phase): its busiest link direction's, each flow at
+    the slower of its share of the link and its protocol's rate, plus a message's cost; flows within a machine
+    are free unless costs.local_transports names a transport there. With costs.shared_cores (the emulated
+    cluster), no less than the flows' protocol CPU over the cores plus their messages in turn, nor the longest."""
     busiest, local, cpu, messages, longest = {}, {}, 0.0, 0.0, 0.0
     for source, destination, size, flow_phase, operation in step_flows:
         if phase not in (None, flow_phase):
@@ -318,13 +296,9 @@ def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()
 
 
 def pull_before_compute(pull_seconds_of, names, needed, compute_seconds):
-    """How long the compute waits for the pull when it starts as soon as the variables it reads first have
-    arrived, variable v being first read at needed[v] of the compute (bench/step_trace.py: a worker's read of a
-    variable on a server is a receive its first reader waits for), the variables arriving one after another in
-    the order they are needed: the wait is the largest, over the variables, of the arrival of it and of every
-    variable needed before it, less the compute done by the time it is needed. `pull_seconds_of(names)`: the
-    pull phase's time for those variables' flows (None: all). Without `needed` (not measured), the compute
-    waits for the whole pull."""
+    """How long the compute waits for the pull, the variables arriving in the order needed and v first read at
+    needed[v] of the compute (bench/step_trace.py); without `needed`, the whole pull.
+    `pull_seconds_of(names)`: the pull's seconds for those variables (None: all)."""
     if not needed:
         return pull_seconds_of(None)
     order = sorted(names, key=needed.get)
@@ -333,13 +307,9 @@ def pull_before_compute(pull_seconds_of, names, needed, compute_seconds):
 
 
 def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
-    """How long the exchange goes on after the compute when each gradient leaves as soon as the backward pass
-    has made it, at ready[name] of the compute (bench/step_trace.py: Horovod allreduces a gradient when it
-    is ready, and a worker's send to a server runs when its input is), the gradients one after another in the
-    order they are ready: the exchange ends at the latest, over the gradients, of one's ready time plus the
-    exchange of it and of every gradient ready after it (when the last of a queue's jobs leaves).
-    `exchange_seconds_of(names)`: the exchange's time for those variables' gradients (None: all). Without
-    `ready` (not measured), none of the exchange overlaps the compute."""
+    """How long the exchange goes on after the compute, each gradient leaving in turn once ready, at ready[v] of
+    the compute (bench/step_trace.py); without `ready`, the whole exchange.
+    `exchange_seconds_of(names)`: the exchange's seconds for those variables (None: all)."""
     if not ready:
         return exchange_seconds_of(None)
     order = sorted(names, key=ready.get)
@@ -348,9 +318,8 @@ def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
 
 
 def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()):
-    """What Horovod's background threads take from the compute on costs.shared_cores cores (the emulated
-    cluster): every worker's thread takes its share of a core all the time (bench.costs), and the W computations
-    share what is left. Zero for parameter servers' workers, which run no Horovod."""
+    """What Horovod's background threads, each taking its share of a core all the time, take from the compute
+    on costs.shared_cores cores (the emulated cluster); zero for parameter servers' workers."""
     share = costs.background_shares.get(costs.transports["allreduce"], 0.0)
     if architecture == "ps" or not costs.shared_cores:
         return 0.0
@@ -359,15 +328,9 @@ def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",
                    costs=Costs(), machine_groups=None):
-    """The CPU time of the update beyond one device's (which the compute term, run.py's step, holds), on the
-    busiest task that applies it. A parameter server adds its workers' dense gradients, deduplicates the rows
-    they push to it and applies them, part after part (costs.parallel_parts: each part on a core of its own);
-    under local aggregation (hybrid-local) each machine's first worker first deduplicates its machine's rows
-    (`machine_groups`: the workers of each machine; on its CPU even with accelerators, as Parallax's accumulator
-    is) and the servers receive one union a machine; under allreduce every worker deduplicates every worker's
-    rows and applies them all (a ring allreduce adds inside the collective, in the protocol's rate); under
-    sparse-as-dense every worker densifies each sparse gradient into a whole table and applies the rule to all
-    of it. With costs.accelerated_workers the workers' share runs on their accelerators, in the compute term."""
+    """The update's CPU seconds beyond one device's (in the compute term), on the busiest task that applies it:
+    a server adds, deduplicates and applies what it receives; under allreduce every worker applies every worker's
+    rows, under sparse-as-dense whole tables. hybrid-local's first worker of a machine deduplicates on its CPU."""
     sparse = [v for v in variables if v.kind == "sparse"]
     dense = [v for v in variables if v.kind == "dense"]
     work = functools.partial(_update_work, costs)
@@ -430,14 +393,9 @@ def _server_seconds(architecture, variables, pushed, num_workers, num_ps, partit
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
             strategy="mod", costs=Costs(), compute_seconds=0.0, needed=None, ready=None, overlap_phases=False):
-    """(each machine's (sent, received) bytes per step, the step's network seconds beyond the compute, the
-    update's CPU seconds beyond one device's), averaged over the sampled steps of `rows`; `machine_of[task]`:
-    the machine index of every task. The pull overlaps the compute's forward pass by `needed`
-    (pull_before_compute: {variable: fraction of `compute_seconds` at which the step first reads it}), and the
-    exchange its backward pass by `ready` (exchange_after_compute: {variable: fraction at which its gradient is
-    ready}); without them, the pull comes before the compute and the exchange after it. `overlap_phases`: the
-    pull and the exchange at once, one phase. With Costs() and neither, the bytes-only network time and no CPU
-    time."""
+    """(each machine's (sent, received) bytes, network seconds beyond the compute, update CPU seconds beyond one
+    device's) per step, averaged over the sampled steps. `needed` and `ready` overlap the pull and the exchange
+    with the compute; `overlap_phases` runs both as one phase; with Costs() and neither, the bytes-only bound."""
     groups = {}
     for w in range(num_workers):
         groups.setdefault(machine_of[f"worker{w}"], []).append(w)

@@ -5,12 +5,10 @@ repository (docs/validation.jsonl) so that every figure docs/bench.md states can
     python -m bench.validate --sets=held-out        # one
     python -m bench.validate --score                # only print the scores of the kept records
 
-Two sets of cells. "developed": the cells the model's terms were developed against: the LSTM's small config,
-and the Transformer's, held out in the first round and spent when its misses led to per-rank-count shares.
-"held-out": the LSTM's medium config (three times as wide, 35 steps, dropout) at W and links chosen before any
-of its runs: scored, never fitted. Per cell it prints the measured step against the point estimate and whether
-it fell inside the interval [lower, upper]; per set, how many fell inside and the median |log(measured /
-point)|.
+Two sets of cells: "developed", those the model's terms were developed against (the LSTM's and the
+Transformer's small configs), and "held-out", the LSTM's medium config at W and links chosen before any of its
+runs: scored, never fitted. Per cell it prints the measured step against the point estimate and whether it fell
+inside [lower, upper]; per set, how many fell inside and the median |log(measured / point)|.
 """
 import datetime
 import math
@@ -38,8 +36,7 @@ STEPS, WARMUP = 24, 4  # the bench's default
 
 
 def sweep(out, bench_flags, who):
-    """One bench.run sweep with `bench_flags`, its results in `out`; returns its records. Bad input (exit 2,
-    bench.run's one line printed) stays exit 2."""
+    """Runs one bench.run sweep with its results in `out` and returns its records; its bad input stays exit 2."""
     command = [sys.executable, "-m", "bench.run", *bench_flags, f"--results_dir={out}"]
     print(f"{who}: " + " ".join(command[1:]), flush=True)
     status = subprocess.run(command, cwd=REPO).returncode

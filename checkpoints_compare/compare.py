@@ -2,40 +2,28 @@
 
     python -m checkpoints_compare REF OTHER [OTHER ...] [--rtol=1e-05] [--atol=1e-07] [--json]
 
-Each path is a checkpoint directory (its latest checkpoint; without a `checkpoint` state file, its only
-*.index file), a checkpoint prefix (PREFIX.index exists) or one of a checkpoint's files. Every OTHER is
-compared with REF; variables are matched by name, and none is skipped.
-
-Per variable present in both with the same shape and dtype, a from REF and b from OTHER:
+Each path is a checkpoint directory (its latest checkpoint, else its only *.index file), a checkpoint prefix or
+one of a checkpoint's files. Every OTHER is compared with REF, variables matched by name, none skipped. Per
+variable of the same shape and dtype in both, a from REF and b from OTHER:
     max_abs_diff      max |a - b|; an exact integer for integer variables, null for strings
-    max_scaled_diff   max |a - b| / max|a|, max|a| the largest finite magnitude of the variable in REF: what
-                      rtol bounds (0 when a == b; inf when they differ and max|a| is 0)
-    max_ulp           max number of steps from a to b through adjacent representable values of the float
-                      dtype: 0 means equal (+0 and -0 too), 1 means neighbours; null for non-float dtypes
+    max_scaled_diff   max |a - b| / max|a|, max|a| the variable's largest finite magnitude in REF: what rtol bounds
+    max_ulp           most steps from a to b through adjacent floats (0: equal, +0 and -0 too); null if not float
     differing, size   how many elements have a != b, out of how many
     identical         every element equal (+0 equals -0; NaN equals NaN in the same position)
-    within_tolerance  every element equal or |a - b| <= atol + rtol * max|a|; integer, boolean and string
-                      variables (step counters) only when identical
-A NaN or an infinity against a different value is an infinite difference (max_abs_diff, max_scaled_diff and,
-for NaN, max_ulp are inf); --json writes infinities as the string "inf".
+    within_tolerance  every |a - b| <= atol + rtol * max|a|; non-float variables only when identical
+A NaN or an infinity against a different value is an infinite difference; --json writes it as "inf".
+Per checkpoint: path (the prefix read), `variables` (as above), the three maxima over them, `missing` (in REF
+only), `extra` (in OTHER only) and `mismatched` (shape or dtype), any of which makes it differ, identical,
+within_tolerance and its verdict: "identical", "within_tolerance" or "differs".
 
-Per checkpoint: path (the prefix read); the same three maxima over its variables; `missing` (in REF only),
-`extra` (in OTHER only) and `mismatched` (shape or dtype differs) name variables, and any of them makes the
-checkpoint differ. Its verdict is "identical" (every variable identical), "within_tolerance" or "differs".
+Why rtol=1e-05, atol=1e-07: adding the same gradients in another order rounds float32 sums differently and
+steps compound it; 1e-5 (about 80 float32 ULPs) leaves room for that, while a real divergence is orders of
+magnitude larger. It is relative to the variable's largest magnitude, as rounding noise scales with the
+variable's updates, not each element's; atol covers variables that are all zero.
 
-Python API: load(path) -> prefix, compare(reference_path, other_path, rtol, atol) -> the per-checkpoint
-dict above, and non_finite(path) -> the names of variables holding NaN or infinity; they raise
-CheckpointError, naming the path, for what is not a readable checkpoint.
-
-Default tolerances, rtol=1e-05 and atol=1e-07: architectures that add the same gradients in another order
-get sums that float32 rounds differently (one rounding is up to 6e-8 relative), and a few hundred steps
-compound those roundings; rtol=1e-5, about 80 float32 ULPs, leaves room for that, while a real divergence
-(a lost gradient shard, a wrong learning rate) is orders of magnitude larger. The bound is relative to the
-variable's largest magnitude, not to each element's: rounding noise scales with the updates a variable gets,
-so an element that an update carried near zero keeps its neighbours' noise (with Adam, whose step is about
-the learning rate whatever the gradient, such elements are common). atol covers variables that are all zero.
-
-Exit status: 0 when every OTHER is within tolerance, 1 when any differs, 2 on bad input.
+Python API: load(path) -> prefix, compare(reference_path, other_path, rtol, atol) -> the per-checkpoint dict,
+non_finite(path) -> names of variables holding NaN or infinity; each raises CheckpointError for what is not a
+readable checkpoint. Exit status: 0 when every OTHER is within tolerance, 1 when any differs, 2 on bad input.
 """
 import argparse
 import glob

@@ -1,17 +1,15 @@
-"""Periodic checkpoints (--save_every) and resuming from the latest complete one (--resume), so that a run killed
-at any step and resumed ends with exactly the parameters of a run that was never interrupted.
+"""Periodic checkpoints (--save_every) and resuming from the latest complete one (--resume), so that a run
+killed at any step and resumed ends with exactly the parameters of a run never interrupted.
 
-A checkpoint after N steps is three things in the run's checkpoint directory:
+A checkpoint after N steps, in the run's checkpoint directory:
 
-    model.ckpt-N.index, .data-*   the variables (accumulators included), by model.py's names (the Saver's)
+    model.ckpt-N.index, .data-*   the variables (accumulators included), by the model's names
     model.ckpt-N.state.npy        the state carried into step N (a model with state only)
-    model.ckpt-N.run.json         N and the flags that shape the run; written last, under a temporary name
-                                  and then renamed: a checkpoint is complete when it exists
+    model.ckpt-N.run.json         N and the flags that shape the run; written last and renamed into place,
+                                  so a checkpoint is complete when it exists
 
-Everything else step N depends on comes from (seed, N): the batch (the data position is the step), the
-model's randomness and the learning rate. The Saver keeps the last 5 checkpoints; the
-files of the ones it drops go with them. Resuming with a flag that would change the result is one line and
-exit status 2, naming the flag.
+Everything else step N depends on (the batch, the randomness, the learning rate) comes from (seed, N). The
+Saver keeps the last 5 checkpoints.
 """
 import glob
 import json
@@ -23,13 +21,12 @@ import numpy as np
 from harness import UsageError
 
 # The flags whose values shape what a run computes (those a runner has), and the worker count.
-SHAPING_FLAGS = ("model", "config", "seed", "batch_size", "data_path", "partitions", "partition_strategy", "average_sparse",
-                 "local_aggregation", "sparse_as_dense")
+SHAPING_FLAGS = ("model", "config", "seed", "batch_size", "data_path", "partitions", "partition_strategy",
+                 "average_sparse", "local_aggregation", "sparse_as_dense")
 
 
 class Checkpoints:
-    """A run's checkpoints. Without TensorFlow (saver None, as the launcher builds it) it can only say
-    whether the run can resume (`resumable`); a runner's, with its Saver, saves and restores."""
+    """A run's checkpoints; with saver None (the launcher's, without TensorFlow) only `resumable` works."""
 
     def __init__(self, args, saver, num_workers, workers_flag="--workers"):
         """`num_workers`: the workers whose shards a step combines, as the flag `workers_flag` gives them."""
@@ -47,8 +44,8 @@ class Checkpoints:
         return bool(self.save_every) and steps_done % self.save_every == 0 and steps_done < last_step
 
     def save(self, session, steps_done, state):
-        """Writes the checkpoint after `steps_done` steps; `state`: the whole global batch's state, or None. A write
-        that fails (a full disk) ends the run with one line; the checkpoints before stay usable."""
+        """Writes the checkpoint after `steps_done` steps (`state`: the global batch's, or None). A failed write
+        (a full disk) ends the run with one line; the earlier checkpoints stay usable."""
         import tensorflow as tf  # (the runner has loaded it)
         prefix, started = self.prefix(steps_done), time.perf_counter()
         try:
@@ -83,13 +80,14 @@ class Checkpoints:
                     record = json.load(f)
             except (OSError, ValueError):
                 continue  # unreadable: an earlier one serves
-            if os.path.exists(prefix + ".index") and (not record.get("stateful", True) or os.path.exists(prefix + ".state.npy")):
+            if os.path.exists(prefix + ".index") and (not record.get("stateful", True)
+                                                      or os.path.exists(prefix + ".state.npy")):
                 found.append((record["steps_done"], record))
         return sorted(found, key=lambda item: -item[0])
 
     def resumable(self):
-        """The complete checkpoints, newest first, after checking that there is one and that the newest was
-        written with this run's flags; raises UsageError naming what is wrong."""
+        """The complete checkpoints, newest first; raises UsageError when there is none or the newest was
+        written with other flags."""
         candidates = self.complete()
         if not candidates:
             raise UsageError(f"--resume: no complete checkpoint in {self.directory} (--save_every writes them)")
@@ -102,9 +100,8 @@ class Checkpoints:
         return candidates
 
     def restore(self, session):
-        """Restores the latest complete checkpoint that can be read (saying which, and why a newer one could
-        not); returns (the step to continue from, the state to feed it or None). Raises UsageError when there is
-        none, or when a flag differs from the checkpoints'."""
+        """Restores the newest readable complete checkpoint; returns (the step to continue from, its state or
+        None). Raises UsageError when none can be read or a flag differs."""
         import tensorflow as tf  # (the runner has loaded it)
         for steps_done, record in self.resumable():
             prefix = self.prefix(steps_done)

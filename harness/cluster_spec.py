@@ -1,18 +1,14 @@
-"""Where a parameter-server task (run_tf.py, run_parallax.py) learns the cluster and its own place in it, in
-this order:
+"""How a parameter-server task (run_tf.py, run_parallax.py) learns the cluster and its place in it, from the
+first of:
 
-1. the flags --job_name, --task_index, --ps_hosts, --worker_hosts (what the launcher passes; all four, or none);
-2. TF_CONFIG, as Kubeflow's TFJob and TensorFlow's own tools set it, read by TensorFlow's
-   TFConfigClusterResolver:
+1. --job_name, --task_index, --ps_hosts, --worker_hosts (what the launcher passes; all four, or none);
+2. TF_CONFIG, as Kubeflow's TFJob sets it, read by TensorFlow's TFConfigClusterResolver:
        {"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 0}}
-   A "chief" job is mapped: the chief is worker 0 (our chief trains as well as records and checkpoints) and
-   worker i becomes worker i + 1. An "evaluator" task is refused: these runners evaluate nothing on the side.
-   Evaluators are not part of the training cluster, so an "evaluator" entry in "cluster" is left out;
-3. the environment of a Slurm job step (a task started by srun without the flags), read by TensorFlow's
-   SlurmClusterResolver: the step's first --ps_tasks tasks are the parameter servers, the others the workers,
-   each at port 8888 + its place among the step's tasks on its node.
-
-Anything malformed is a UsageError: one line, exit 2."""
+   A "chief" is worker 0 (our chief also trains) and worker i becomes worker i + 1; an "evaluator" task is
+   refused and an "evaluator" job left out: these runners evaluate nothing;
+3. a Slurm job step's environment (srun without the flags), read by TensorFlow's SlurmClusterResolver: the
+   first --ps_tasks tasks are the parameter servers, each task at port 8888 + its place on its node.
+"""
 import json
 import os
 
@@ -94,8 +90,8 @@ def from_slurm_step(num_ps):
     """(job, index, ps addresses, worker addresses) of this task of the Slurm job step."""
     import tensorflow as tf  # here, not above: the launcher checks cluster flags without loading TensorFlow
 
-    # TensorFlow's resolver runs nvidia-smi unless told the GPUs, fails without one (tensorflow#56894), and hands
-    # out ports only while it has GPUs to pair them with: so one pretended GPU per task, which it must not apply.
+    # The resolver runs nvidia-smi unless told the GPUs, fails without one (tensorflow#56894) and hands out ports
+    # only while it has GPUs to pair them with: so one pretended GPU per task, not applied.
     num_tasks = int(os.environ["SLURM_STEP_NUM_TASKS"])
     if num_ps >= num_tasks:
         raise harness.UsageError(f"--ps_tasks={num_ps}: the Slurm step has only {num_tasks} tasks, none left for "

@@ -26,10 +26,9 @@ def synthetic_tokens(vocab_size, seed):
 
 
 def text_tokens(path, vocab_size):
-    """Word ids of a text in PTB's format: `path` is a file, or a directory holding ptb.train.txt.
-
-    Line ends become "<eos>". The vocabulary is the vocab_size most frequent words (ties by spelling); when
-    more words occur, the most frequent vocab_size - 1 are kept and the rest become "<unk>"."""
+    """Word ids of a text in PTB's format (`path`: a file, or a directory holding ptb.train.txt). Line ends become
+    "<eos>"; the vocabulary is the vocab_size most frequent words (ties by spelling), one of them "<unk>" for
+    the rest when more words occur."""
     if os.path.isdir(path):
         path = os.path.join(path, "ptb.train.txt")
     try:

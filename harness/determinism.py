@@ -1,7 +1,7 @@
-"""TensorFlow settings that make two identical runs give bit-identical parameters, and different graphs of
-the same computation (one process emulating W workers, W worker processes) give the same bits.
+"""TensorFlow settings that make two identical runs, and different graphs of the same computation (one
+process emulating W workers, W worker processes), give bit-identical parameters.
 
-Import this module before TensorFlow: it chooses TensorFlow's kernels, which TensorFlow reads when it loads.
+Import it before TensorFlow: it chooses TensorFlow's kernels, which TensorFlow reads when it loads.
 """
 import os
 import sys
@@ -23,13 +23,9 @@ tf.config.experimental.enable_op_determinism()
 
 
 def session_config(args):
-    """The session configuration of every process of a run.
-
-    Fixed thread counts fix the summation order of multi-threaded reductions (it depends on the number of
-    threads), so the runs to be compared must use the same counts. Grappler's arithmetic optimiser is off: it
-    regroups sums (the per-time-step gradient contributions of a bias, for one) depending on the shape of the
-    whole graph, so the same worker computation got other bits inside run.py's W-shard graph than in a
-    worker's own graph."""
+    """The session configuration of every process of a run. Fixed thread counts fix the order of multi-threaded
+    sums; Grappler's arithmetic optimiser is off because it regroups sums by the shape of the whole graph, so
+    run.py's W-shard graph and a worker's own would give the same computation other bits."""
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=args.intra_op_threads,
                                       inter_op_parallelism_threads=args.inter_op_threads)
     config.graph_options.rewrite_options.arithmetic_optimization = rewriter_config_pb2.RewriterConfig.OFF

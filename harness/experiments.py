@@ -1,17 +1,14 @@
-"""Every run this project knows, named once. verify, make bench, bench.predict and the report all read this
-table, so a run is `tf` everywhere (its results `verify-tf.json`, its bench records, its colour); adding a
-runner is one entry.
+"""Every run this project knows, named once: verify, make bench, bench.predict and the report read this table,
+so a run is `tf` everywhere (verify-tf.json, its bench records, its colour); adding a runner is one entry.
 
-A run is an architecture's runner script (the launcher starts it as `python -m harness.launch ARCHITECTURE`)
-with the flags that make it this variant, plus what the tools around it need to know of it:
+A run is an architecture's runner script (`python -m harness.launch ARCHITECTURE`) with the flags of this
+variant, and what the tools around it need to know:
 
-    traffic   the traffic model's flows for its step (bench/traffic.py): "ps", "allreduce", "allreduce-dense",
-              "hybrid", "hybrid-local"; None for the reference, which sends nothing
-    verify    how its final checkpoint relates to the reference's (verify.py): "reference", "identical" (must
-              match bit for bit at W <= 2), "different" (asynchronous: expected to differ); None: not a verify run
-    rounding  why it may differ from the reference by rounding with more than 2 workers; None: it may not
-    fault     the task `verify --faults` kills in this run ("ps0", "worker1") before resuming it from its
-              periodic checkpoints; None: an ordinary run. Fault runs are verify's only: not swept by bench
+    traffic   its step's flows in the traffic model (bench/traffic.py); None for the reference: it sends nothing
+    verify    its final checkpoint against the reference's (verify.py): "reference", "identical" (bit for bit
+              at W <= 2), "different" (asynchronous); None: not a verify run
+    rounding  why it may differ by rounding with more than 2 workers; None: it may not
+    fault     the task verify --faults kills ("ps0", "worker1") before resuming; None: an ordinary run
 """
 import dataclasses
 

@@ -1,15 +1,12 @@
-"""The flags every runner shares, defined with absl.flags as TensorFlow's own scripts define theirs, and their
-validation: a bad value is one line naming the flag, exit 2.
-
-A runner builds its flags on a FlagValues of its own (not absl's global FLAGS: the launcher and the tests
-parse several runners' flags in one process):
+"""The flags every runner shares, defined with absl.flags as TensorFlow's scripts define theirs; a bad value is
+one line naming the flag, exit 2. Each runner has a FlagValues of its own, not absl's global FLAGS: the
+launcher and the tests parse several runners' flags in one process.
 
     parser = flags.parser("run_tf", __doc__)
     flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
     args = flags.parse(parser)            # args.sync, args.config, ...
 
-absl gives every script `--flagfile=experiment.flags` (one flag per line) and `--undefok`; `parse` adds
-`--help` (`-h`, `--helpshort`, `--helpfull`): the script's description and every flag with its default.
+absl adds --flagfile (one flag per line) and --undefok; `parse` adds --help (-h, --helpshort, --helpfull).
 """
 import argparse
 import math
@@ -72,19 +69,14 @@ RUN_FLAGS = ("model", "config", "steps", "warmup_steps", "seed", "data_path", "i
 
 
 def passed_on(args, names=RUN_FLAGS):
-    """`args`' values of the flags `names` as command-line flags ("--seed=1"), leaving out those not set (None,
-    ""): how one program passes its flags on to another."""
+    """`args`' values of the flags `names` as command-line flags ("--seed=1"), leaving out those not set."""
     return [f"--{name}={getattr(args, name)}" for name in names if getattr(args, name) not in (None, "")]
 
 
 def parse(flag_values, argv=None, positional=0):
-    """Parses `argv` (default: the command line's arguments) into an argparse.Namespace of every flag. Bad
-    input raises UsageError with one line naming the flag. `positional` arguments are allowed before or among
-    the flags (returned as args.positional). --help prints the description and the flags, and exits 0.
-
-    For a runner's flags (those of `parser`) it also checks them against each other and the output
-    directories. It changes nothing: the chief removes an earlier run's outputs when the run starts
-    (recorder.remove_stale_outputs)."""
+    """Parses `argv` (default: the command line) into an argparse.Namespace; bad input raises UsageError naming
+    the flag, and --help prints help_text and exits 0. `positional` arguments may come among the flags
+    (args.positional). A runner's flags are also checked against each other and the output directories."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in HELP_FLAGS for arg in argv):
         print(help_text(flag_values))
@@ -120,9 +112,8 @@ def _check_run(args):
 
 
 def unwritable(directory):
-    """Why `directory` cannot be created or written, or None if it can. Leaves nothing behind: it creates and
-    removes a directory in the nearest one that exists (permission bits alone do not say: /proc, read-only
-    mounts)."""
+    """Why `directory` cannot be created or written, or None. It tries, in the nearest directory that exists,
+    and cleans up: permission bits alone do not say (/proc, read-only mounts)."""
     path = os.path.abspath(directory)
     while not os.path.exists(path):
         path = os.path.dirname(path)
@@ -171,8 +162,7 @@ def host_list(text):
 
 
 def host_slots(text):
-    """host:slots,host:slots,... (horovodrun's -H) as a list of (host, slots); raises ValueError naming the bad
-    item."""
+    """host:slots,... (horovodrun's -H) as a list of (host, slots); raises ValueError naming the bad item."""
     pairs = []
     for item in text.split(","):
         name, _, slots = item.rpartition(":")
@@ -196,8 +186,7 @@ class _Parsed(absl_flags.ArgumentParser):
 
 
 def DEFINE_parsed(name, default, function, help, flag_values, required=False):
-    """A flag whose text `function` (host_list, host_slots) turns into its value; absl reports its ValueError
-    naming the flag."""
+    """A flag whose text `function` (host_list, host_slots) turns into its value, or raises ValueError."""
     absl_flags.DEFINE(_Parsed(function), name, default, help, flag_values=flag_values)
     if required:
         absl_flags.mark_flag_as_required(name, flag_values=flag_values)

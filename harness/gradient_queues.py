@@ -1,6 +1,5 @@
-"""The synchronous protocol of the parameter-server runners: queues every task's graph shares by name, the
-collection of exactly one gradient per worker (or machine) per step, and the workers' carried states for the
-chief's checkpoints and a resumed run."""
+"""The synchronous protocol of the parameter-server runners: queues shared by name across the tasks' graphs,
+exactly one gradient per worker (or machine) per step, and the workers' carried states for checkpoints."""
 import numpy as np
 
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
@@ -21,9 +20,8 @@ def start_gate(rank, num_workers):
 
 
 class CarriedState:
-    """The state the workers carry between steps, through queues on the first parameter server: the chief's
-    checkpoints hold every worker's rows (in worker order, which is row order), and in a resumed run the chief
-    hands every worker the step to continue from and its rows. A model without state carries only the step."""
+    """The state the workers carry, through queues on the first parameter server: gathered in worker order (row
+    order) for the chief's checkpoints, and handed back with the step in a resumed run."""
 
     def __init__(self, rank, num_workers, state_shape):
         self.rank, self.num_workers, self.stateful = rank, num_workers, state_shape is not None
@@ -45,8 +43,7 @@ class CarriedState:
         return cluster.run(session, self.gathered) if self.rank == 0 else None
 
     def share(self, cluster, session, step, state):
-        """The chief hands every worker `step` and its rows of the global `state`; every worker returns (step,
-        its rows, or None without state)."""
+        """The chief hands every worker `step` and its rows of `state`; every worker returns (step, its rows)."""
         if self.rank == 0:
             rows = np.split(state, self.num_workers, axis=0) if self.stateful else [np.zeros([0], np.float32)] * \
                 self.num_workers
@@ -56,13 +53,9 @@ class CarriedState:
 
 
 def collect_gradients(parts, gradients, step, sender, num_senders, collect, device=None):
-    """Synchronous collection of exactly one gradient per sender per step, for the variable parts `parts`.
-
-    Every sender (a worker, or a machine: run_parallax.py --local_aggregation) puts its gradient of each part,
-    tagged with `step`, into a queue of its own (capacity 1) on `device`, by default the part's parameter
-    server. Returns those enqueue ops and, where `collect`, the `num_senders` senders' gradients taken from
-    the queues in sender order, on that device (lists structured as `parts`); a gradient tagged with another
-    step fails the run."""
+    """Exactly one gradient per sender (a worker, or a machine with --local_aggregation) per step: each enqueues
+    its step-tagged gradient of each part into a queue of its own on `device` (default: the part's server).
+    Returns the enqueue ops and, where `collect`, every sender's gradients in sender order; a stale tag fails."""
     def gradient_queue(part, index):
         return queue(f"gradient/{part.op.name}/sender{index}", [tf.int64, tf.float32, tf.int32], device or part.device)
 

@@ -12,11 +12,8 @@ from harness import gradient_queues
 
 
 class Cluster:
-    """This task's gRPC server, and the failure handling every session.run of the task goes through.
-
-    While the cluster is starting, a task that does not answer may still be on its way up, so the task waits
-    --startup_timeout seconds for it; if it never answers, its address is wrong or it was never started,
-    which is bad input (exit 2). Once training runs, a task that stops answering has died (exit 1)."""
+    """This task's gRPC server, and the failure handling of its every session.run: a peer that never answers
+    within --startup_timeout is bad input (exit 2); one that stops answering later has died (exit 1)."""
 
     def __init__(self, args):
         self.args = args
@@ -38,10 +35,8 @@ class Cluster:
         self.server = tf.distribute.Server(self.spec, args.job_name, args.task_index, config=self.config)
 
     def session(self, graph, peers):
-        """A session that needs only this task and `peers` (device filters: the others may come and go).
-
-        TensorFlow waits without end for a peer that never starts, so the peers are first probed over TCP
-        for up to --startup_timeout seconds."""
+        """A session that needs only this task and `peers` (device filters: the others may come and go). The
+        peers are probed over TCP first: TensorFlow would wait for ever for one that never starts."""
         waiting = {task for task, device in self.devices.items()
                    if any(device == peer or device.startswith(peer + "/") for peer in peers)}
         deadline = time.monotonic() + self.args.startup_timeout
@@ -55,8 +50,8 @@ class Cluster:
         return tf.compat.v1.Session(self.server.target, graph=graph, config=config)
 
     def run(self, session, fetches, feed=None, starting=False, timeout=None):
-        """session.run that gives up after `timeout` seconds (--timeout; --startup_timeout while `starting`)
-        without a result, and then names the task that does not answer."""
+        """session.run that gives up after `timeout` seconds (default --timeout, or --startup_timeout while
+        `starting`) and names the task that does not answer."""
         seconds = timeout or (self.args.startup_timeout if starting else self.args.timeout)
         try:
             return session.run(fetches, feed, options=tf.compat.v1.RunOptions(timeout_in_ms=1000 * seconds))

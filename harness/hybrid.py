@@ -1,12 +1,11 @@
 """Parallax's hybrid step (run_parallax.py): sparse variables on the parameter servers, dense ones replicated on
 every worker and averaged by Horovod's allreduce, one session.run per worker and step.
 
-Every worker sends its sparse gradient, tagged with the step, to a queue of its own on the parameter servers
-(with --local_aggregation: the workers of one machine to its first worker, which sends their sum) and
-allreduces its dense gradients; the chief takes exactly one sparse gradient from each sender, averages them (or
-sums them, --average_sparse=false, Parallax's default), computes the global norm from both kinds, applies the
-sparse update on the parameter servers and hands every worker the clipping factor, with which every worker
-applies the same dense update to its replica.
+Every worker sends its step-tagged sparse gradient to a queue of its own on the parameter servers (with
+--local_aggregation, through its machine's first worker, which sends the sum) and allreduces its dense ones.
+The chief averages exactly one sparse gradient per sender (or sums them: --average_sparse=false, Parallax's
+default), computes the global norm of both kinds, applies the sparse update and hands every worker the
+clipping factor for its dense update.
 """
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
@@ -28,10 +27,8 @@ def hybrid_placement(kinds, num_ps, worker_device):
 
 
 def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
-    """The sparse gradients to the parameter servers, exactly one per worker per step, or with
-    --local_aggregation one per machine, the sum of its workers' on its first worker. Returns (this worker's
-    send ops, the gradients the chief receives (one list per sender), the number of senders, the devices this
-    worker's session needs)."""
+    """Sends the sparse gradients, one per worker per step (with --local_aggregation, one per machine). Returns
+    (send ops, the chief's received gradients per sender, the number of senders, the devices the session needs)."""
     send, sender, num_senders, peers = [], rank, num_workers, ["/job:ps"]
     if args.local_aggregation:
         groups = placement.machines(args.worker_hosts)
@@ -51,10 +48,9 @@ def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
 
 
 def chief_sparse_update(params, sparse, parts, received, dense_norms, scale_queues, feed, divisor):
-    """The chief combines the sparse gradients on their parameter servers, computes the global norm from both
-    kinds (`dense_norms`: the dense variables' prepared gradients and squared norms, by name), applies the
-    sparse update there and hands every worker the clipping factor. Returns (the publishing ops, the ops that
-    let the workers start, the sparse rows received this step)."""
+    """The chief's sparse update on the parameter servers, with the global norm of both kinds (`dense_norms`:
+    prepare_gradient's by name), publishing the clipping factor to every worker. Returns (the publishing ops,
+    the ops that let the workers start, the sparse rows received this step)."""
     names = list(params.variables)
     combined, rows = [], []
     for part, gradients in zip(parts, zip(*received)):
@@ -74,9 +70,8 @@ def chief_sparse_update(params, sparse, parts, received, dense_norms, scale_queu
 
 
 class HybridStep:
-    """One step of every worker, in one session.run: dense gradients allreduced and kept on every worker,
-    sparse ones sent to the parameter servers, the chief's sparse update and clipping factor, then the dense
-    update with that factor on every replica."""
+    """One step of a worker, in one session.run: dense gradients allreduced, sparse ones sent, the chief's
+    sparse update and clipping factor, then the dense update with that factor on every replica."""
 
     def __init__(self, args, hvd, params, kinds, feed, rank, num_workers):
         chief = rank == 0

@@ -9,13 +9,9 @@
     python -m harness.launch tf --workers=2 --ps=2 --net=100mbit -- ...              (make run-tf NET=100mbit)
     python -m harness.launch tf --docker=lstm-dist -- ...        (every task in a container: make docker-verify)
 
-The launcher plans, then starts: it checks every flag (its own and the runner's) before anything starts,
-chooses a starter by the flag that asks for one (`STARTERS`; without any, child processes of this machine),
-lets it place the workers and parameter servers, builds the tasks for the architecture (`harness.tasks.Task`:
-name, command line, environment, host; a PS cluster's addresses, Horovod's rendezvous) and runs them with
-`harness.tasks.run_tasks`, the one place where tasks are watched and stopped. The starters, one module each
-under harness/starters/, are described there; with --mpi, one local mpirun task starts every Horovod rank
-(`starters/mpirun.py`).
+It checks every flag (its own and the runner's) before anything starts, picks a starter (harness/starters/)
+by its flag (`STARTERS`; default: child processes of this machine), which places the tasks, builds the
+architecture's tasks and runs them with harness.tasks.run_tasks, the one place tasks are watched and stopped.
 """
 import dataclasses
 import math
@@ -36,16 +32,15 @@ from harness.starters.ssh import Ssh
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A collective whose peer died fails after this many seconds (Horovod's default is 30). The launcher stops
-# the other tasks as soon as it sees one die; the timeout covers tasks started by other means (horovodrun).
+# A collective whose peer died fails after this many seconds (Horovod's default). The launcher stops the other
+# tasks as soon as one dies; the timeout covers tasks started by other means (horovodrun).
 GLOO_TIMEOUT_SECONDS = 30
 
 
 def gloo_timeout_seconds(model, config, workers, link):
-    """How long a Gloo collective may take before it fails: GLOO_TIMEOUT_SECONDS, and on an emulated link
-    (--net) also twice the time rank 0 could take to broadcast every variable and one optimiser slot each to
-    the other W - 1 ranks at the link's rate. Horovod's first collective is that broadcast, and on slow links it
-    outlasts 30 s: lm1b-sparse's 0.4 GB to 5 ranks over 100 Mbit/s takes up to 2.7 minutes."""
+    """How long a Gloo collective may take: GLOO_TIMEOUT_SECONDS, plus on an emulated link (--net) twice the time
+    of Horovod's first collective, rank 0's broadcast of every variable and one slot each to W - 1 ranks at
+    the link's rate, which on slow links outlasts the default."""
     if link is None:
         return GLOO_TIMEOUT_SECONDS
     variable_bytes = sum(4 * math.prod(v.shape) for v in model.variables(config).values())
@@ -54,9 +49,8 @@ def gloo_timeout_seconds(model, config, workers, link):
 
 
 def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO_TIMEOUT_SECONDS):
-    """The environment of each rank of a Horovod job whose rank r runs on worker_hosts[r], as horovodrun --gloo
-    sets it up: Horovod's rendezvous server runs in this process, and each rank learns its rank, its host's
-    share of the ranks and where the rendezvous is. Returns (one environment per rank, stop_rendezvous)."""
+    """(each rank's environment as horovodrun --gloo sets it, rank r on worker_hosts[r]; stop_rendezvous), with
+    Horovod's rendezvous server running in this process."""
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
     from horovod.runner.http.http_server import RendezvousServer
@@ -88,8 +82,7 @@ def _address_towards(host):
 
 
 def parameter_server_tasks(script, runner_flags, ps_addresses, worker_addresses):
-    """The tasks of a parameter-server runner: ps0.. and worker0.., each a gRPC server at its host:port, each
-    told the whole cluster and its own place in it."""
+    """The tasks ps0.. and worker0.. of a parameter-server runner, each told the cluster and its place in it."""
     cluster = [f"--ps_hosts={','.join(ps_addresses)}", f"--worker_hosts={','.join(worker_addresses)}"]
     return [Task(f"{job}{i}", [sys.executable, os.path.join(REPO, script), f"--job_name={job}", f"--task_index={i}",
                                *cluster, *runner_flags], {"PYTHONUNBUFFERED": "1"}, address.rsplit(":", 1)[0])
@@ -105,9 +98,8 @@ def with_ports(hosts, starter):
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
            mpi=False, gloo_timeout=GLOO_TIMEOUT_SECONDS):
-    """Runs one job of `architecture` with its workers and parameter servers on those hosts, started by
-    `starter`; returns its exit status and the tasks it ran. With `mpi` (horovod only), one local mpirun
-    starts every rank."""
+    """Runs one job of `architecture` on those hosts with `starter`; returns (its exit status, its tasks). With
+    `mpi` (horovod only), one local mpirun starts every rank."""
     script = SCRIPTS[architecture]
     if mpi:
         tasks = [Task("mpirun", mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script),
@@ -219,8 +211,7 @@ def parse_flags(argv):
     args.runner_flags = [f for f in args.runner_flags if f != "--search_partitions"]
     if args.search and args.architecture != "parallax":
         raise harness.UsageError("--search_partitions: only for parallax")
-    # The runner's flags are checked here, once: bad input is one line before any task starts, not one line
-    # per task.
+    # The runner's flags are checked here: bad input is one line before any task starts, not one per task.
     cluster_flags = ["--job_name=worker", "--task_index=0", "--ps_hosts=127.0.0.1:1",
                      f"--worker_hosts={','.join(['127.0.0.1:1'] * args.workers)}"]
     args.runner_args = runner_flags.parse(SCRIPTS[args.architecture][:-3], "", args.runner_flags + (

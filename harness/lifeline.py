@@ -2,12 +2,10 @@
 
     python harness/lifeline.py COMMAND...      (what harness.launch runs over ssh)
 
-The launcher keeps this script's stdin open and writes a heartbeat to it every HEARTBEAT_SECONDS. When the
-launcher, its ssh client or the connection dies, sshd closes it; when the host is cut off from the network,
-sshd notices nothing, but the heartbeats stop. Either way this script stops the task (SIGTERM to its process
-group, SIGKILL 5 s later): at end of file, or after SILENCE_SECONDS without a heartbeat
-($LIFELINE_SILENCE_SECONDS overrides it). It exits with the task's status. It imports only the standard
-library: it starts before, and without, TensorFlow.
+The launcher writes a heartbeat to this script's stdin every HEARTBEAT_SECONDS. At end of file (the launcher,
+its ssh client or the connection died) or after SILENCE_SECONDS without a heartbeat (the host was cut off,
+which sshd does not notice; $LIFELINE_SILENCE_SECONDS overrides it), it stops the task's process group and
+exits with the task's status. Standard library only: it runs without TensorFlow.
 """
 import ctypes
 import os
@@ -30,8 +28,8 @@ def die_with_parent():
 
 
 def stop_all(tasks, grace_seconds=GRACE_SECONDS):
-    """SIGTERM to the process group that each of `tasks` (Popens) leads, all at once; SIGKILL to what is left
-    of them `grace_seconds` later. One grace period for all, not one each."""
+    """SIGTERM to the process group of each of `tasks` (Popens), then SIGKILL to what is left `grace_seconds`
+    later: one grace period for all, not one each."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for task in tasks:
             try:

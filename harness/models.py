@@ -2,25 +2,23 @@
 
 A model is one Python file (models/lstm.py, models/transformer.py, or yours: docs/your-model.md) with:
 
-    CONFIGS                  {name: config}: named configurations, the first the default. A config is a
-                             dataclass with `name` and `batch_size`, the rows of the GLOBAL batch (W workers
-                             train batch_size / W each).
+    CONFIGS                  {name: config}, the first the default. A config is a dataclass with `name` and
+                             `batch_size`, the rows of the GLOBAL batch (W workers train batch_size / W each).
     data(config, data_path, seed)
                              the global batch of every step: an object whose call (step) gives a tuple of
-                             numpy arrays with batch_size rows, and whose `epoch_size` is the steps in an
-                             epoch (harness.data.language_model serves a corpus of word ids).
-    variables(config)        {name: harness.variables.Variable(shape, initializer)}, in a fixed order. The
-                             initial values come from (seed, name) alone, so every runner and partitioning
-                             starts equal.
+                             numpy arrays of batch_size rows, and whose `epoch_size` is the steps in an epoch
+                             (harness.data.language_model serves a corpus of word ids).
+    variables(config)        {name: harness.variables.Variable(shape, initializer)}, in a fixed order; initial
+                             values come from (seed, name) alone, so every runner and partitioning starts equal.
     loss(config, params, inputs, random[, state])
-                             the objective of some rows of the global batch: the MEAN over those rows of a
-                             per-row loss, so that averaging W workers' gradients gives the batch's. `params`
-                             reads variables (params["w"], params.gather("embedding", ids)); `inputs` is the
-                             tuple of this call's rows; `random` draws per-row and shared randomness keyed by
-                             (seed, step) (harness.variables.StepRandom). With `state_shape`, it also gets the
-                             rows' state and returns (objective, new state).
-    update_rule(config)      a harness.update.Rule: an optimizer of the toolkit's (SGD, Adagrad, Adam),
-                             the learning-rate schedule, clipping.
+                             the objective of some rows of the global batch: the MEAN over them of a per-row
+                             loss, so that averaging W workers' gradients gives the batch's. `params` reads
+                             variables (params["w"], params.gather("embedding", ids)); `inputs` is the tuple
+                             of this call's rows; `random` draws per-row and shared randomness keyed by (seed,
+                             step) (harness.variables.StepRandom). With `state_shape`, it also gets the rows'
+                             state and returns (objective, new state).
+    update_rule(config)      a harness.update.Rule: one of the toolkit's optimizers (SGD, Adagrad, Adam), the
+                             learning-rate schedule, clipping.
 
 and optionally:
 
@@ -35,8 +33,8 @@ and optionally:
     TOLERANCE                (rtol, atol) verify allows with more than two workers (default 1e-5, 1e-7),
                              for a model that turns rounding into larger differences (ReLU's kinks, Adam).
 
-Nothing else: which variables are sparse comes from the types of their gradients (tf.IndexedSlices), as
-Parallax decides it; the runners, the harness, the bench and the report know a model only through this.
+Nothing else: which variables are sparse comes from their gradients' types (tf.IndexedSlices), as Parallax
+decides it; the runners, the harness, the bench and the report know a model only through this.
 """
 import dataclasses
 import importlib.util
@@ -63,8 +61,7 @@ def path_of(name):
 
 
 def load(name):
-    """The model module `name` (see path_of), checked against the contract: a missing part is a UsageError
-    naming it."""
+    """The model module `name` (see path_of), checked against the contract; a missing part is a UsageError."""
     path = path_of(name)
     module_name = f"_model_{os.path.splitext(os.path.basename(path))[0]}"
     if module_name in sys.modules and sys.modules[module_name].__file__ == path:

@@ -1,5 +1,5 @@
-"""One training step of run_tf.py on every worker, in its three kinds: synchronous (exactly one gradient of each
-worker per update), asynchronous, and TensorFlow's own SyncReplicasOptimizer.
+"""One training step of run_tf.py on a worker, of three kinds: synchronous (exactly one gradient of each worker
+per update), asynchronous, and TensorFlow's own SyncReplicasOptimizer.
 
     step = SynchronousStep(params, feed, objective, final_state, gradients, rank, num_workers)
     objective, state, norm, units = step.run(cluster, session, t, feed(t, state))   # the chief's; others: None
@@ -23,9 +23,9 @@ class Step:
 
 
 class SynchronousStep(Step):
-    """In step t every worker puts its gradient, tagged t, into a queue of its own (capacity 1) on the parameter
-    server of each variable; the chief takes exactly one from each worker's queue, in worker order, averages
-    them on that server, applies the update, and then hands every worker a token for step t + 1."""
+    """In step t every worker enqueues its gradient, tagged t, on each variable's parameter server; the chief
+    takes exactly one per worker, in worker order, averages them there, applies the update and then hands
+    every worker a token for step t + 1."""
 
     def __init__(self, params, feed, objective, final_state, gradients, rank, num_workers):
         self.units = models.units_per_step(feed.model, feed.config)
@@ -40,8 +40,7 @@ class SynchronousStep(Step):
         self.send = send + [loss_queues[rank].enqueue([feed.step, objective])]
         self.wait_for_update, self.started = token_queues[rank].dequeue(), False
         if self.chief:
-            # Each part's average is computed on its parameter server, next to its queues and its variable,
-            # so gradients do not travel to the chief and back.
+            # Each part's average is computed on its parameter server, so gradients do not travel to the chief.
             averaged = []
             for index, part in enumerate(tf.nest.flatten(params.variable_list)):
                 with tf.device(part.device):
@@ -70,11 +69,9 @@ class SynchronousStep(Step):
 
 
 class AsynchronousStep(Step):
-    """Every worker applies the update rule to its own gradient as soon as it has it. The staleness of an
-    update is the number of updates other workers applied between its read of global_step and its own.
-    The chief trains --steps steps; the other workers train until it is done, as TensorFlow's asynchronous
-    workers train until the job stops, so that every worker trains throughout the chief's measured steps
-    whatever their paces (with a fixed count each, a faster worker finishes early and leaves the rest alone)."""
+    """Every worker applies the update rule to its own gradient as soon as it has it; an update's staleness is
+    the updates others applied between its read of global_step and its own. The chief trains --steps steps,
+    the others until it is done, so that every worker trains throughout the chief's measured steps."""
 
     def __init__(self, params, feed, objective, final_state, gradients, rank, num_workers):
         self.units = models.units_per_step(feed.model, feed.config)
@@ -136,8 +133,8 @@ class AsynchronousStep(Step):
 
 
 class ModelRule(tf.compat.v1.train.Optimizer):
-    """The model's update rule, with its own slots, as the optimizer SyncReplicasOptimizer wraps: it applies the
-    aggregated gradient (clipped by each worker before), scaled as the rule scales it, and counts the step."""
+    """The model's update rule as the optimizer SyncReplicasOptimizer wraps: it applies the aggregated gradient
+    (each worker clipped its own), scaled as the rule scales it, and counts the step."""
 
     def __init__(self, params, learning_rate):
         super().__init__(use_locking=False, name="ModelRule")
@@ -153,10 +150,9 @@ class ModelRule(tf.compat.v1.train.Optimizer):
 
 
 class SyncReplicasStep(Step):
-    """TensorFlow's SyncReplicasOptimizer: every worker adds its clipped gradient to a conditional accumulator
-    per variable on the variable's parameter server and waits for a token; the chief's queue runner takes the
-    average of W gradients from each accumulator, applies it, and hands out W tokens. Not exact: a fast worker
-    may take a slow one's token and give one update two gradients."""
+    """TensorFlow's SyncReplicasOptimizer: workers add clipped gradients to accumulators on the parameter
+    servers; the chief's queue runner applies the average of W and hands out W tokens. Not exact: a fast
+    worker may take a slow one's token and give one update two of its gradients."""
 
     def __init__(self, params, feed, objective, final_state, gradients, rank, num_workers):
         self.units = models.units_per_step(feed.model, feed.config)
@@ -181,8 +177,8 @@ class SyncReplicasStep(Step):
         self.fetches = [objective, final_state, global_norm, applied_step]
         self.start, self.wait_for_start = gradient_queues.start_gate(rank, num_workers)
         if self.chief:
-            # No initial tokens: every worker waits for the first update, as in SynchronousStep (TF's default,
-            # W tokens, lets each worker run a step ahead on stale variables).
+            # No initial tokens: every worker waits for the first update (W tokens, TF's default, would let each
+            # worker run a step ahead on stale variables).
             self.init_tokens = self.optimizer.get_init_tokens_op(num_tokens=0)
             self.queue_runner = self.optimizer.get_chief_queue_runner()
         self.last_applied = 0

@@ -1,16 +1,11 @@
 """Everything a run leaves behind, written by the chief (rank 0) only:
 
     <results_dir>/<run_name>.jsonl        one line per step: step, the model's metrics (loss, ...), grad_norm,
-                                          seconds, words_per_sec (the model's unit a second; as the run goes)
+                                          seconds, words_per_sec (the model's unit a second), as the run goes
     <results_dir>/<run_name>.json         the summary: configuration, final loss, throughput, environment
                                           (written last, only when the run succeeded)
-    <results_dir>/tensorboard/<run_name>/ TensorBoard scalars every log_every steps: the metrics, grad_norm,
-                                          words_per_sec (over those steps)
+    <results_dir>/tensorboard/<run_name>/ the metrics, grad_norm and words_per_sec every log_every steps
     <ckpt_dir>/model.ckpt-<steps>.*       the final checkpoint, with the model's variable names
-
-The chief first removes the summary and the checkpoint an earlier run left at those paths
-(`remove_stale_outputs`, the first thing every runner's chief does), so a run that fails leaves nothing that
-looks finished; parsing the flags removes nothing.
 """
 import dataclasses
 import glob
@@ -28,8 +23,8 @@ from harness.timer import ThroughputTimer
 
 class Recorder:
     def __init__(self, args, model, config, runner, num_workers, resumed_at=None):
-        """`resumed_at`: the step a resumed run continues from; the steps before it stay in the steps log and
-        in the throughput figures, and the warm-up is left out again after the restart."""
+        """`resumed_at`: the step a resumed run continues from; the steps before it stay in the log and the
+        throughput, and the warm-up is left out again after the restart."""
         self.args, self.model, self.config, self.runner, self.num_workers = args, model, config, runner, num_workers
         self.unit = models.unit(model)
         self.resumed_at = resumed_at
@@ -45,8 +40,8 @@ class Recorder:
         measured_before = kept[args.warmup_steps:]
         warmup = self._warmup_after(resumed_at, measured_before)
         self.timer = ThroughputTimer(warmup, self.unit)
-        # The step after which this start's measured steps begin: the byte window of a run resumed under NET=
-        # covers the steps measured after the restart (the counters before it died with the killed launcher).
+        # The step after which this start's measured steps begin: a resumed run's byte window (NET=) starts
+        # after the restart, as the counters before it died with the killed launcher.
         self.measured_from = (resumed_at or 0) + max(warmup, 1)
         for record in measured_before:
             self.timer.keep(record["seconds"], record["words_per_sec"] * record["seconds"])
@@ -55,9 +50,8 @@ class Recorder:
         self.started = time.time()
 
     def _warmup_after(self, resumed_at, measured_before):
-        """The steps left out after this start: --warmup_steps; after a restart that leaves fewer steps than that
-        and no measured step before it, all but the last (a throughput of the steps there are, said in the
-        summary's throughput.warmup_steps)."""
+        """The steps left out after this start: --warmup_steps, or all but the last after a restart that leaves
+        fewer than that and no measured step before it (the summary's throughput.warmup_steps says so)."""
         remaining = self.args.steps - (resumed_at or 0)
         if resumed_at is None or measured_before or remaining > self.args.warmup_steps:
             return self.args.warmup_steps
@@ -65,15 +59,14 @@ class Recorder:
 
     @staticmethod
     def _steps_before(path, step):
-        """The records of the steps log at `path` of the steps before `step` (a run killed after its last
-        checkpoint logged steps it will train again)."""
+        """The steps log's records before `step` (a run killed after its last checkpoint logged steps it will
+        train again)."""
         return [record for _, record in results.read_lines(path, "step") if record["step"] < step] \
             if os.path.exists(path) else []
 
     def step(self, step, objective, seconds, words, **extra):
-        """Records one step. `objective` is the model's loss of the global batch, `words` the units of
-        throughput it trained (models.unit: words or examples), `seconds` the wall time of the whole loop
-        iteration."""
+        """Records one step: the global batch's `objective`, `seconds` of the whole loop iteration and the
+        `words` (models.unit) it trained."""
         metrics = models.metrics(self.model, self.config, objective)
         self.last_metrics = metrics
         self.timer.record(seconds, words)
@@ -83,8 +76,7 @@ class Recorder:
         self.progress_seconds += seconds
         self.progress_words += words
         if (step + 1) % self.args.log_every == 0 or step + 1 == self.args.steps:
-            # Progress and TensorBoard every log_every steps: per-step events would wake TensorBoard's
-            # writer thread at every step, inside the timed loop.
+            # Every log_every steps: per-step events would wake TensorBoard's writer thread inside the timed loop.
             interval_rate = self.progress_words / self.progress_seconds
             shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
             print(f"[{self.runner}] step {step + 1}/{self.args.steps}  {shown}  {interval_rate:,.0f} {self.unit}/sec",
@@ -138,9 +130,8 @@ class Recorder:
 
 
 def remove_stale_outputs(args):
-    """Removes the summary and the checkpoints an earlier run left at this run's paths, so that a run that
-    fails, at start-up or later, leaves nothing that looks finished; a run that resumes (--resume) keeps the
-    checkpoints. Every runner's chief calls it first, once its flags are valid."""
+    """Removes the summary and checkpoints an earlier run left at this run's paths (--resume keeps the
+    checkpoints), so that a run that fails leaves nothing that looks finished. The chief calls it first."""
     checkpoints = [] if args.resume else [os.path.join(args.ckpt_dir, "checkpoint"),
                                           *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]
     for stale in [results.summary_path(args.results_dir, args.run_name), *checkpoints]:

@@ -1,5 +1,5 @@
-"""What the project writes under results/ (docs/outputs.md): each file's name, the fields its records must have,
-and the one way it is written and read.
+"""What the project writes under results/ (docs/outputs.md): each file's name, its records' fields, and the one
+way it is written and read.
 
     <run>.json             the Recorder: one run's summary                          kind "summary"
     <run>.jsonl            the Recorder: its steps, one line each                   kind "step"
@@ -12,9 +12,8 @@ and the one way it is written and read.
     bench-overhead.json    python -m bench.overhead
     partition-search.json  the launcher's --search_partitions
 
-A writer checks its record against its kind's fields before it writes, so that what is written is what the
-report can read; files are written whole (to a temporary name, then renamed), so a crash never leaves half a
-file that looks finished. A reader gets ResultsError naming the file (and line) and the field.
+A writer checks each record against its kind's FIELDS and writes files whole (a temporary name, then renamed),
+so a crash never leaves half a file; a reader gets ResultsError naming the file, line and field.
 """
 import json
 import os
@@ -37,8 +36,8 @@ def network_path(results_dir, run_name):
     return os.path.join(results_dir, run_name + ".network.json")
 
 
-# The fields each kind of record must have, as {path: [field]}: a path names nested objects, [] every element
-# of a list ("runs[].throughput"). These are the fields the report and bench read.
+# The fields the report and bench read, by kind, as {path: [field]}: a path names nested objects, [] every
+# element of a list ("runs[].throughput").
 THROUGHPUT = ["median", "p16", "p84", "mean", "median_step_seconds", "measured_steps"]
 FIELDS = {
     "summary": {"": ["runner", "config", "steps", "final_loss", "throughput", "checkpoint"], "config": ["name"],
@@ -64,13 +63,12 @@ FIELDS = {
 
 
 class ResultsError(Exception):
-    """A results file that cannot be read, or a record without a field its kind needs: one line naming the file
-    (and line) and the field."""
+    """A results file that cannot be read, or a record without a field its kind needs."""
 
 
 def checked(record, kind, where):
-    """`record`, after checking it has the fields of `kind` (FIELDS; a bench record that is not skipped, those of
-    "measured bench" too); raises ResultsError naming `where`, the path and the field."""
+    """`record`, checked to have the fields of `kind` (a bench record not skipped: "measured bench" too); raises
+    ResultsError naming `where`, the path and the field."""
     kinds = [kind] + (["measured bench"] if kind == "bench" and isinstance(record, dict)
                       and "skipped" not in record else [])
     for fields in (FIELDS[k] for k in kinds):
@@ -115,8 +113,8 @@ def write_lines(path, records, kind=None):
 
 
 def append_line(path, record, kind):
-    """Adds `record` to the JSON-lines file at `path`, after checking it: one write of one whole line, so that a
-    sweep stopped halfway leaves the lines of the runs it finished."""
+    """Appends checked `record` to the JSON-lines file at `path` in one write, so that a sweep stopped halfway
+    keeps the lines of the runs it finished."""
     checked(record, kind, path)
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
@@ -141,8 +139,7 @@ def read_json(path, kind=None):
 
 
 def read_lines(path, kind=None):
-    """(line number, record) of every non-empty line of a JSON-lines file; each must be a JSON object (of
-    `kind`, when given)."""
+    """(line number, record) of every non-empty line of a JSON-lines file, each a JSON object (of `kind`)."""
     try:
         with open(path) as f:
             lines = f.readlines()

@@ -1,6 +1,5 @@
-"""Each runner's own flags, beside the shared ones (flags.parser), and the checks of them against each other:
-described here, without TensorFlow, so that the launcher checks a job's flags once, before any task starts,
-with exactly the description the runner scripts parse.
+"""Each runner's own flags, beside the shared ones (flags.parser), and their checks: here, without TensorFlow,
+so that the launcher checks a job's flags once, before any task starts, exactly as the runners parse them.
 
     args = runner_flags.parse("run_tf", __doc__)     # in run_tf.py: the shared flags, the cluster's, --sync
 """
@@ -28,8 +27,8 @@ def check_reference(args):
 
 
 def cluster(parser):
-    """The flags of a parameter-server cluster; without the first four the cluster comes from TF_CONFIG or the
-    Slurm step (harness/cluster_spec.py)."""
+    """The flags of a parameter-server cluster; without the first four, TF_CONFIG or the Slurm step gives it
+    (harness/cluster_spec.py)."""
     flags.DEFINE_enum("job_name", None, ["ps", "worker"], "this task's job", flag_values=parser)
     flags.DEFINE_integer("task_index", None, "this task's index in its job", lower_bound=0, flag_values=parser)
     flags.DEFINE_parsed("ps_hosts", None, flags.host_list, "host:port,... of the PS tasks", parser)
@@ -104,8 +103,7 @@ RUNNERS = {
 
 
 def parse(script, description, argv=None):
-    """The flags of runner `script` ("run_tf"), parsed from `argv` (default: the command line) and checked;
-    bad input raises UsageError with one line naming the flag."""
+    """The flags of runner `script` ("run_tf"), parsed from `argv` (default: the command line) and checked."""
     define, check = RUNNERS[script]
     parser = flags.parser(script, description)
     define(parser)

@@ -1,11 +1,9 @@
 """What a task is, and the one place where a run's tasks are started, watched and stopped.
 
-A Task is what to run: a name ("worker1", "ps0"), a command line, its extra environment and its host; `place`
-decides the hosts of a run's tasks on hosts with slots or on this machine's loopback. A starter
-(harness/starters/) is how to start one. `run_tasks` starts every task of a run with one starter,
-prefixes each line of their output with the task's name, reads their exit statuses and, when one fails or the
-user presses Ctrl-C, stops the others: a dead task takes the whole run down at once, with a message naming it.
-A Fault kills one task on purpose, at a step chosen in advance (the resume tests, verify --faults).
+A Task is what to run: a name ("worker1", "ps0"), a command line, extra environment and a host; a starter
+(harness/starters/) is how. `run_tasks` starts a run's tasks, prefixes their output lines with their names
+and, when one fails or on Ctrl-C, stops the others: a dead task takes the run down at once, named. A Fault
+kills one task on purpose at a chosen step (the resume tests, verify --faults).
 """
 import dataclasses
 import os
@@ -26,13 +24,9 @@ class Task:
 
 
 def place(num_workers, num_ps, hosts=None, machines=1):
-    """(host of each worker, host of each parameter server).
-
-    With `hosts` ([(host, slots)]), the workers fill the hosts' slots in order and the parameter servers go
-    round the hosts. Without, everything is on this machine and the workers are spread in blocks over
-    `machines` loopback addresses, 127.0.0.1, 127.0.0.2...: every byte still crosses this machine's
-    loopback, but a runner that groups workers by host (run_parallax.py --local_aggregation) sees that many
-    machines."""
+    """(host of each worker, host of each parameter server): the workers fill `hosts`' slots in order and the
+    parameter servers go round the hosts; without `hosts`, the workers are spread in blocks over `machines`
+    loopback addresses (127.0.0.1, 127.0.0.2...), which --local_aggregation groups as machines."""
     if not hosts:
         return [f"127.0.0.{1 + i * machines // num_workers}" for i in range(num_workers)], ["127.0.0.1"] * num_ps
     slots = [host for host, count in hosts for _ in range(count)]
@@ -43,9 +37,8 @@ def place(num_workers, num_ps, hosts=None, machines=1):
 
 @dataclasses.dataclass
 class Fault:
-    """Kills task `task` ("ps0", "worker1") with SIGKILL to its process group, a crash rather than a stop, once
-    the chief announces (events "progress", every --log_every steps) that at least `after_step` steps are
-    done: the failure of a resume test or of verify --faults, at a step chosen in advance."""
+    """Kills `task` ("ps0", "worker1") with SIGKILL to its process group, a crash rather than a stop, once the
+    chief's "progress" event (every --log_every steps) says at least `after_step` steps are done."""
     task: str
     after_step: int
     done: bool = False
@@ -71,10 +64,9 @@ def _copy_output(name, stream, lock, watch, running):
 
 
 def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None):
-    """Runs `tasks` to the end. Returns 0 when all succeed; otherwise names the first task that failed, stops
-    the others and returns its exit status (2 stays 2: bad input; anything else becomes 1). Ctrl-C stops
-    every task and returns 130. `watch(task name, line, {task name: its process})`, if given, sees every line of
-    output as it comes."""
+    """Runs `tasks` to the end; returns 0 if all succeed, else names the first that failed, stops the others
+    and returns 2 if it exited 2 (bad input), else 1; 130 on Ctrl-C. `watch(name, line, {name: process})` sees
+    every output line as it comes."""
     lock = threading.Lock()
     running, readers = {}, []
     try:

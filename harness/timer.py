@@ -5,11 +5,9 @@ import numpy as np
 
 
 def throughput_summary(step_seconds, step_words, unit="words"):
-    """Statistics of words/sec over measured steps (warm-up already removed).
-
-    median and the central 68% interval [p16, p84] of the per-step rates (the cosmoGAN benchmark's table);
-    mean with a 95% confidence interval (normal approximation, mean +- 1.96 s/sqrt(n); steps are not
-    independent, so read it as nominal); aggregate = all words / all seconds; the median step time."""
+    """Statistics of words/sec over the measured steps: the median and central 68% interval [p16, p84] of the
+    per-step rates (as the cosmoGAN benchmark reports), the mean with a nominal 95% interval (steps are not
+    independent), aggregate = all words / all seconds, and the median step time."""
     seconds = np.asarray(step_seconds, dtype=np.float64)
     rates = np.asarray(step_words, dtype=np.float64) / seconds
     n = len(rates)

@@ -15,12 +15,9 @@ class Stop(Exception):
 
 
 def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None):
-    """Runs steps `first_step` (a resumed run's) to `steps` - 1: `run_step(step, state)` runs one and returns
-    (the state to carry into the next, the objective, the words trained, {more to record}); the first
-    step gets `state` (None: zeros). `record(step, objective, seconds, words, **more)` (the chief's
-    Recorder.step; None on other tasks) gets each step with the wall time of the whole iteration, the step's
-    session.run and the loop's own work together; then `after_step(steps done, state)` (periodic checkpoints).
-    A run_step that raises Stop ends the loop."""
+    """Runs steps `first_step` to `steps` - 1: `run_step(step, state)` returns (next state, objective, words,
+    {more}); `record` (the chief's Recorder.step) gets each with the wall time of the whole iteration, then
+    `after_step(steps done, state)` runs (periodic checkpoints). A run_step that raises Stop ends the loop."""
     clock = time.perf_counter()
     for step in range(first_step, steps):
         try:
@@ -36,9 +33,8 @@ def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None
 
 
 class StepFeed:
-    """Rows `rows` (a slice of the global batch) of step t, as placeholders: the inputs, the state carried from
-    step t-1 (zeros at the start of every epoch; None for a model without state), the step; and the learning
-    rate of the step, from the model's schedule."""
+    """Placeholders for rows `rows` (a slice of the global batch) of a step: the inputs, the state carried in
+    (zeros at the start of every epoch; None without state) and the step; and the step's learning rate."""
 
     def __init__(self, model, config, batches, rows):
         self.model, self.config, self.batches, self.rows = model, config, batches, rows
@@ -53,9 +49,8 @@ class StepFeed:
         self.learning_rate = model.update_rule(config).learning_rate(self.step, self.step // batches.epoch_size)
 
     def loss(self, params, seed, shard=None):
-        """The model's loss of the global batch's rows `shard` (default: every fed row) at this step, its
-        randomness keyed by (seed, step). Returns (objective, the rows' new state); for a model without state,
-        an op in its place, whose fetched value is None."""
+        """(the model's objective of rows `shard` (default: every fed row), the rows' new state, or for a model
+        without state an op whose fetched value is None), its randomness keyed by (seed, step)."""
         rows = self.fed if shard is None else range(self.config.batch_size)[shard]
         local = slice(rows.start - self.fed.start, rows.stop - self.fed.start)
         inputs, state = self.inputs, self.initial_state

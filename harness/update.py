@@ -1,10 +1,9 @@
 """Update rules (`Rule`: an optimizer, a learning-rate schedule, clipping) applied to the gradient of the
-global batch, and the one documented order in which W workers' gradients combine into it.
+global batch, and the one order in which W workers' gradients combine into it.
 
-The rule runs in three stages (`prepare_gradient`, `clip_scale`, `apply_gradient`) so that an architecture
-can run them in different places (run_parallax.py: sparse variables on the parameter servers, dense ones on
-every worker); `update` composes them. Every stage gives the same bits for a sparse gradient and for the same
-gradient densified, and for any partitioning of a variable, which is what lets the runners agree bit for bit.
+A rule runs in three stages (`prepare_gradient`, `clip_scale`, `apply_gradient`; `update` composes them) so
+that an architecture can run them in different places (run_parallax.py). Every stage gives the same bits for
+a sparse gradient and its densified form, and for any partitioning: that is what lets the runners agree.
 """
 import dataclasses
 from typing import Callable
@@ -49,8 +48,8 @@ class Adagrad:
 
 @dataclasses.dataclass(frozen=True)
 class Adam:
-    """Kingma and Ba's Adam with bias correction from the step. A sparse gradient updates EVERY row (its
-    untouched rows as zeros), as TensorFlow's Adam does: the moments of every row decay each step."""
+    """Kingma and Ba's Adam with bias correction from the step. A sparse gradient updates EVERY row, as
+    TensorFlow's Adam does: every row's moments decay each step."""
     beta1: float = 0.9
     beta2: float = 0.999
     epsilon: float = 1e-8
@@ -88,10 +87,9 @@ def describe(rule, names):
 
 
 def average_worker_gradients(per_worker):
-    """The gradient of the global batch from W workers' gradients (W lists structured as variable_list): dense
-    ones summed in worker order times 1/W (Horovod's allreduce with op=Average), sparse ones concatenated in
-    worker order with their values divided by W (Horovod's allgather). With W = 2 every reduction is one
-    commutative addition and halving is exact, so any correct 2-worker run matches this bit for bit."""
+    """The global batch's gradient from W workers': dense ones summed in worker order times 1/W (Horovod's
+    Average), sparse ones concatenated in worker order, values divided by W (its allgather). With W = 2 every
+    sum is one commutative addition and halving is exact, so any correct 2-worker run matches bit for bit."""
     num_workers = len(per_worker)
     averaged = []
     for grads in zip(*[tf.nest.flatten(gradients) for gradients in per_worker]):
@@ -128,11 +126,9 @@ def _row_squares(values):
 
 
 def prepare_gradient(params, name, gradient):
-    """(the gradient of each part, dense or tf.IndexedSlices with each row once; the variable's squared norm,
-    or None when the rule leaves it out of the global norm).
-
-    The squared norm sums one number per row in the whole variable's row order (0 for an untouched row), so
-    sparse and dense gradients and any partitioning give it the same bits."""
+    """(each part's gradient, sparse ones with each row once; the squared norm, None outside the global norm).
+    The norm sums one number per row in the whole variable's row order (0 for an untouched row), so sparse and
+    dense gradients and any partitioning give it the same bits."""
     partitioned = name in params.partitioned
     parts, gradients = (params.variables[name], gradient) if partitioned else ([params.variables[name]], [gradient])
     prepared, row_squares, norm_needed = [], [], params.rule.clipped(name)
@@ -167,8 +163,8 @@ def clip_scale(rule, squares):
 
 
 def apply_gradient(params, name, gradients, scale, learning_rate, step):
-    """The rule's update of variable `name` from its prepared gradients (one per part), each part on its own
-    device, the gradient first multiplied by the clipping factor and the rule's scale of the variable."""
+    """The rule's update of variable `name` from its prepared gradients (one per part, each on its part's
+    device), times the clipping factor and the rule's scale of the variable."""
     rule = params.rule
     factor = scale if rule.clipped(name) else None
     if name in rule.scale:

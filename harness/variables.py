@@ -1,6 +1,6 @@
-"""A model's variables in a graph (`Params`), with initial values keyed by (seed, name), sparse variables split
-by rows into parts, the update rule's slots beside them and checkpoints of whole tables; and the randomness
-of a step (`StepRandom`), keyed by (seed, step) so that sharding the batch cannot change it.
+"""A model's variables in a graph (`Params`): initial values keyed by (seed, name), sparse variables split by
+rows into parts, the update rule's slots beside them, checkpoints of whole tables; and a step's randomness
+(`StepRandom`), keyed by (seed, step) so that sharding the batch cannot change it.
 
 A model declares its variables as data (harness/models.py):
 
@@ -48,11 +48,9 @@ def constant(value):
 
 
 def part_rows(num_rows, partitions, strategy):
-    """The rows of the whole variable that each of its parts holds, in the part's own order, as ranges.
-
-    "mod" (TensorFlow 1's default for a list of shards, which Parallax ran): row i is row i // P of part i % P,
-    so a frequency-sorted vocabulary's frequent words are spread over every part. "div" (TensorFlow 2's
-    tf.nn.embedding_lookup): contiguous ranges, the first num_rows % P parts one row longer."""
+    """The whole variable's rows each part holds, as ranges: "mod" (TensorFlow 1's default, which Parallax ran)
+    puts row i at row i // P of part i % P, spreading a frequency-sorted vocabulary's frequent words; "div"
+    (TensorFlow 2's) contiguous ranges, the first num_rows % P parts one row longer."""
     if strategy == "mod":
         return [range(p, num_rows, partitions) for p in range(partitions)]
     sizes = [num_rows // partitions + (1 if p < num_rows % partitions else 0) for p in range(partitions)]
@@ -81,11 +79,9 @@ _PHILOX = 1  # tf.random.Algorithm.PHILOX: a counter-based generator, 4 numbers 
 
 
 def initial_value(variable, seed, name, rows=None):
-    """Rows `rows` (a range; default all) of a variable's initial value: its initializer applied to uniform
-    numbers from a stateless generator keyed by (seed, crc32 of the name).
-
-    Element k of the whole row-major value is number k % 4 of the Philox block at counter k // 4, so a part
-    holds exactly its rows of the whole value, and no process builds more than its own rows."""
+    """Rows `rows` (default all) of a variable's initial value: its initializer of stateless uniform numbers
+    keyed by (seed, crc32 of the name). Element k of the whole row-major value is number k % 4 of the Philox
+    block at counter k // 4, so a part holds exactly its rows of the whole and builds no others."""
     shape = variable.shape or (1,)
     rows = range(shape[0]) if rows is None else rows
     row_size = math.prod(shape[1:])
@@ -112,7 +108,8 @@ def _philox_uniform(key, blocks):
     u32, u64 = tf.uint32, tf.uint64
 
     def low_high(x):
-        return tf.cast(x & tf.constant(0xFFFFFFFF, u64), u32), tf.cast(tf.bitwise.right_shift(x, tf.constant(32, u64)), u32)
+        return (tf.cast(x & tf.constant(0xFFFFFFFF, u64), u32),
+                tf.cast(tf.bitwise.right_shift(x, tf.constant(32, u64)), u32))
 
     key0, key1 = low_high(tf.cast(key[0], u64))
     c0, c1 = low_high(tf.cast(blocks, u64))
@@ -128,8 +125,8 @@ def _philox_uniform(key, blocks):
 
 
 class Params:
-    """A model's variables, created in the current device scope, and the update rule's slots beside each.
-    The variables named in `partitioned` are split by rows into `partitions` parts (part_rows)."""
+    """A model's variables, created in the current device scope, with the rule's slots beside each; those named
+    in `partitioned` are split by rows into `partitions` parts (part_rows)."""
 
     def __init__(self, model, config, seed, partitioned=(), partitions=1, strategy="mod"):
         self.config, self.strategy = config, strategy
@@ -174,17 +171,16 @@ class Params:
         return list(self.variables.values())
 
     def state(self, names=None):
-        """Every variable (part) and slot of `names` (default: all): what initialising, broadcasting or
-        checkpointing them covers."""
+        """Every variable (part) and slot of `names` (default: all): what initialising or broadcasting covers."""
         names = list(self.variables) if names is None else names
         return tf.nest.flatten([[self.variables[n], list(self.slots[n].values())] for n in names])
 
     def gradients(self, objective):
-        """One worker's gradients, structured as `variable_list`; a sparse one (tf.IndexedSlices) with one row
-        per distinct index, summed in order, so every architecture only adds up one row per worker."""
+        """One worker's gradients, structured as `variable_list`; a sparse one with each index once (rows summed
+        in order), so every architecture adds up only one row per worker."""
         flat = tf.nest.flatten(self.variable_list)
-        # Not colocated with the forward ops: the gradient of a gather from a parameter server would be reshaped
-        # on that server, and the rows' gradient would travel there and back before being sent for real.
+        # Not colocated with the forward ops: a gather's gradient would be reshaped on its parameter server, so
+        # the rows would travel there and back before being sent for real.
         raw = tf.compat.v1.gradients(objective, flat, colocate_gradients_with_ops=False)
         missing = [v.op.name for v, g in zip(flat, raw) if g is None]
         if missing:

@@ -52,7 +52,7 @@ CONFIGS = {
     # The paper's "small" (non-regularised) model: ~4.6M parameters, 2 x 200 units.
     "small": Config("small", vocab_size=10000, hidden_size=200, num_layers=2, num_steps=20, batch_size=20,
                     init_scale=0.1, learning_rate=1.0, max_grad_norm=5.0, keep_prob=1.0, max_epoch=4, lr_decay=0.5),
-    # For tests: seconds on a laptop, yet with dropout, clipping and every code path of the larger ones.
+    # For tests: tiny, yet with dropout, clipping and every code path of the larger ones.
     "tiny": Config("tiny", vocab_size=200, hidden_size=16, num_layers=2, num_steps=5, batch_size=4,
                    init_scale=0.1, learning_rate=1.0, max_grad_norm=5.0, keep_prob=0.9, max_epoch=4, lr_decay=0.5),
     # The paper's "medium" model: 2 x 650 units, 50% dropout.
@@ -109,9 +109,9 @@ def state_shape(config):
 
 
 def update_rule(config):
-    """ptb_word_lm's SGD after clipping every gradient by one global norm; or Parallax's LM1B rule
-    (examples/lm1b/language_model_graph.py): Adagrad with accumulators at 1.0, only the LSTM's gradients
-    clipped, the embedding's gradient times the batch size."""
+    """ptb_word_lm's SGD with every gradient clipped by one global norm; or Parallax's LM1B rule
+    (examples/lm1b/language_model_graph.py): Adagrad from 1.0, only the LSTM clipped, the embedding's gradient
+    times the batch size."""
     def rate(step, epoch):  # constant for max_epoch epochs, then decayed by lr_decay per epoch
         decays = tf.cast(tf.maximum(epoch + 1 - config.max_epoch, 0), tf.float32)
         return config.learning_rate * tf.pow(tf.constant(config.lr_decay, tf.float32), decays)
@@ -173,7 +173,7 @@ def loss(config, params, inputs, random, state):
 
 def draws_for_distinct(config):
     """How many log-uniform draws _candidates makes: twice the number at which the expected count of distinct
-    words reaches num_sampled, so that too few fall short with a negligible probability (the graph checks)."""
+    words reaches num_sampled, so that falling short is negligibly likely (the graph checks)."""
     vocab, wanted = config.vocab_size, config.num_sampled
     if wanted > vocab:
         raise ValueError(f"{config.name}: {wanted} distinct candidates from a vocabulary of {vocab}")
@@ -188,10 +188,9 @@ def draws_for_distinct(config):
 
 
 def _candidates(config, random):
-    """The step's num_sampled DISTINCT candidates and the draws it took, as TF's
-    log_uniform_candidate_sampler(unique=True) draws them, from randomness shared by every worker (TF's
-    samplers keep state of their own). A fixed number of draws, not a loop: a tf.while_loop changed the
-    parameter-server runners' last bits."""
+    """The step's num_sampled DISTINCT candidates and the draws it took, as log_uniform_candidate_sampler
+    (unique=True) draws them but from randomness every worker shares (TF's samplers keep state). A fixed number
+    of draws, not a tf.while_loop, which changes the parameter-server runners' last bits."""
     c = config
     uniform_ = random.shared("candidates", [draws_for_distinct(c)], tf.float64)
     draws = tf.cast(tf.floor(tf.exp(uniform_ * math.log(c.vocab_size + 1))), tf.int32) - 1

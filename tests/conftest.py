@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import harness.determinism  # noqa: F401  (before TensorFlow: it fixes the kernels, as in the runners)
@@ -16,6 +17,14 @@ from pypdf import PdfReader
 import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def missing(reason):
+    """Skip for a missing capability, saying why; under CI=true as root, where make setup provides every one,
+    fail instead: a skip there is a missing install step."""
+    if os.environ.get("CI") == "true" and os.geteuid() == 0:
+        pytest.fail(f"CI as root, yet {reason}")
+    pytest.skip(reason)
 
 
 def run_script(script, *flags, cwd, timeout=300):
@@ -30,12 +39,33 @@ def run_module(module, *flags, cwd, timeout=300):
                           timeout=timeout, env={**os.environ, "PYTHONPATH": REPO})
 
 
+@pytest.fixture(scope="session")
+def verify_run(tmp_path_factory):
+    """One make verify of every run on the tiny config, 30 steps (its directory and CompletedProcess): what
+    test_verify checks and test_report reports on."""
+    work = tmp_path_factory.mktemp("verify")
+    result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=30",
+                             "--warmup_steps=5", "--log_every=30"], cwd=work, capture_output=True, text=True,
+                            timeout=900)
+    return work, result
+
+
+REFERENCES = {}  # (flags, W): the directory of a reference trained once in this session
+
+
 def train_reference(flags, workers, ckpt_dir, cwd):
-    """Trains run.py --emulate_workers=W with `flags` into `ckpt_dir`: the reference a W-worker run must
-    match."""
-    result = run_script("run.py", *flags, f"--emulate_workers={workers}", "--run_name=reference",
-                        f"--ckpt_dir={ckpt_dir}", cwd=cwd)
-    assert result.returncode == 0, result.stderr
+    """run.py --emulate_workers=W with `flags`: the reference a W-worker run must match, its checkpoint in
+    `ckpt_dir` and its results in `cwd`/results. Trained once per session for each (flags, W), then copied:
+    it is deterministic, so a copy is what training it again would write."""
+    key = (tuple(flags), workers)
+    if key not in REFERENCES:
+        trained = tempfile.mkdtemp(prefix="reference-")
+        result = run_script("run.py", *flags, f"--emulate_workers={workers}", "--run_name=reference",
+                            "--ckpt_dir=ckpt", cwd=trained)
+        assert result.returncode == 0, result.stderr
+        REFERENCES[key] = trained
+    shutil.copytree(os.path.join(REFERENCES[key], "ckpt"), os.path.join(cwd, ckpt_dir), dirs_exist_ok=True)
+    shutil.copytree(os.path.join(REFERENCES[key], "results"), os.path.join(cwd, "results"), dirs_exist_ok=True)
 
 
 def launch(architecture, *flags, cwd, env=None, **popen):

@@ -4,7 +4,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess

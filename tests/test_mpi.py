@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import (REPO, bit_identical, checkpoint_tensors, launch, launcher_usage_error, no_process_left,
+from conftest import (REPO, bit_identical, missing, checkpoint_tensors, launch, launcher_usage_error, no_process_left,
                       processes_with, train_reference)
 
 try:
@@ -16,9 +16,10 @@ try:
 except ImportError:
     MPI_BUILT = False
 
-pytestmark = pytest.mark.skipif(not (shutil.which("mpirun") and MPI_BUILT),
-                                reason="needs mpirun and Horovod built with MPI (make setup, as root, installs "
-                                       "OpenMPI and builds it)")
+@pytest.fixture(autouse=True)
+def mpi():
+    if not (shutil.which("mpirun") and MPI_BUILT):
+        missing("needs mpirun and Horovod built with MPI (make setup, as root, installs OpenMPI and builds it)")
 
 
 def test_make_run_horovod_mpi_matches_the_reference(tmp_path):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch, launch_and_wait,
+from conftest import (bit_identical, missing, checkpoint_tensors, is_task, kill_a_task_mid_run, launch, launch_and_wait,
                       launcher_usage_error, long_run, no_process_left, train_reference)
 from harness.starters import netns
 
@@ -23,7 +23,7 @@ def namespaces():
     probe = f"{netns.PREFIX}-{os.getpid()}-probe"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode:
-        pytest.skip(f"no network namespaces here: {made.stderr.strip()}")
+        missing(f"no network namespaces here: {made.stderr.strip()}")
     subprocess.run(["ip", "netns", "delete", probe], check=True)
 
 

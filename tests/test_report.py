@@ -1,6 +1,5 @@
 """make report (python -m reporting): a PDF built from small real runs, read back and rendered."""
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import pytest
 from PIL import Image
 from pypdf import PdfReader
 
-from conftest import REPO, pdf_text, without_spaces
+from conftest import REPO, missing, pdf_text, without_spaces
 from harness import experiments
 from reporting import blocks, palette
 
@@ -18,12 +17,9 @@ VERIFY_RUNS = ["reference", "tf", "horovod", "tf-async"]
 
 
 @pytest.fixture(scope="module")
-def verified(tmp_path_factory):
-    """A results directory from a real make verify: tiny config, a few steps, four runs (about a minute)."""
-    work = tmp_path_factory.mktemp("verify")
-    result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=12",
-                             "--warmup_steps=2", "--log_every=12", f"--runs={','.join(VERIFY_RUNS)}"],
-                            cwd=work, capture_output=True, text=True, timeout=600)
+def verified(verify_run):
+    """The results directory of the session's make verify (conftest.verify_run)."""
+    work, result = verify_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return work / "results"
 
@@ -220,8 +216,9 @@ def rendered_pages(pdf, out_dir):
     return sorted(out_dir.glob("page-*.png"))
 
 
-@pytest.mark.skipif(shutil.which("pdftoppm") is None, reason="pdftoppm missing: apt-get install poppler-utils")
 def test_every_page_renders_and_is_not_blank(without_bench, with_bench, tmp_path):
+    if shutil.which("pdftoppm") is None:
+        missing("pdftoppm missing: apt-get install poppler-utils")
     for index, pdf in enumerate([without_bench, with_bench[0]]):
         (tmp_path / str(index)).mkdir()
         pages = rendered_pages(pdf, tmp_path / str(index))

@@ -9,8 +9,8 @@ import time
 import pytest
 
 import slurm_cluster
-from conftest import (REPO, bit_identical, checkpoint_tensors, launcher_usage_error, no_process_left, processes_with,
-                      train_reference)
+from conftest import (REPO, bit_identical, checkpoint_tensors, launcher_usage_error, missing, no_process_left,
+                      processes_with, train_reference)
 
 TINY = "--config=tiny --steps=20 --warmup_steps=5 --log_every=10"
 FOREVER = "--config=tiny --steps=1000000 --log_every=10"
@@ -20,7 +20,7 @@ FOREVER = "--config=tiny --steps=1000000 --log_every=10"
 def slurm(tmp_path_factory):
     """The environment (SLURM_CONF) of a running one-node cluster, stopped after the module's tests."""
     if slurm_cluster.missing():
-        pytest.skip(slurm_cluster.missing())
+        missing(slurm_cluster.missing())
     with slurm_cluster.one_node_cluster(tmp_path_factory.mktemp("slurm")) as environment:
         yield environment
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (REPO, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
+from conftest import (REPO, bit_identical, missing, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
                       launcher_usage_error, long_run, no_process_left, processes_with, read_jsonl, run_script,
                       train_reference)
 
@@ -182,11 +182,11 @@ MAY_UNSHARE_NETWORK = subprocess.run([sys.executable, "-c", "import ctypes, sys;
                                       "sys.exit(ctypes.CDLL(None).unshare(0x40000000))"]).returncode == 0
 
 
-@pytest.mark.skipif(not MAY_UNSHARE_NETWORK, reason="this process may not create a network namespace "
-                                                    "(unshare(CLONE_NEWNET) needs CAP_SYS_ADMIN)")
 def test_a_local_run_is_out_of_reach_of_anything_but_itself(tmp_path):
     """TensorFlow's servers listen on every interface, so the launcher puts a local run in a network namespace
     whose only interface is loopback."""
+    if not MAY_UNSHARE_NETWORK:
+        missing("this process may not create a network namespace (unshare(CLONE_NEWNET) needs CAP_SYS_ADMIN)")
     marker = f"netns-{os.getpid()}"
     with long_run("tf", marker, tmp_path) as process:
         tasks = [pid for pid in processes_with(marker) if "run_tf.py" in open(f"/proc/{pid}/cmdline").read()]

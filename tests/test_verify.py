@@ -19,8 +19,8 @@ def verify(*flags, cwd):
                           capture_output=True, text=True, timeout=900)
 
 
-def test_every_synchronous_architecture_trains_the_reference_model(tmp_path):
-    result = verify(cwd=tmp_path)
+def test_every_synchronous_architecture_trains_the_reference_model(verify_run):
+    tmp_path, result = verify_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "results/verify.json").read_text())
     assert report["passed"] is True

@@ -1,6 +1,6 @@
-"""How a task is started: one module per way, each a starter class that the launcher picks by its flag
-(harness/launch.py STARTERS). Every starter starts a local process that stands for the task (the task itself,
-or its ssh, srun or docker client), so each is a `local.LocalProcess`, which gives the protocol:
+"""How a task is started: one module per way, each a starter class the launcher picks by its flag (launch.py
+STARTERS). Each starts a local process that stands for the task (the task itself, or its ssh, srun or docker
+client), so each is a `local.LocalProcess`, which gives the protocol:
 
     from_flags(args) -> the starter for the launcher's flags, with what it needs built (a cluster, a network)
     place(num_workers, num_ps) -> (host of each worker, host of each parameter server)
@@ -12,8 +12,4 @@ or its ssh, srun or docker client), so each is a `local.LocalProcess`, which giv
     network_interface   the interface Horovod's ranks talk over, or None: the one towards the first worker
     close()             removes what from_flags built; the starter is a context manager that calls it
 
-`local.LocalProcess` starts a task as a child process of this machine; `ssh.Ssh` on its host through a local
-ssh client and `srun.Srun` as a Slurm job step on its node (both `remote.OnHosts`: the slots of named hosts);
-`netns.NetnsProcess` inside one machine of an emulated cluster (network namespaces joined by shaped links,
-`netns.EmulatedCluster` and `netns.Link`); `docker.Docker` in a container of its own. The launcher decides what
-runs; a starter decides where and knows how."""
+The launcher decides what runs; a starter decides where, and knows how."""

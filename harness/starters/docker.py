@@ -1,29 +1,13 @@
 """Every task in a container of its own (launch --docker=IMAGE; make docker-verify), as if on its own machine.
 
-The launcher stays on this machine and starts one `docker run` per task from IMAGE (docker/Dockerfile), which
-holds the repository at IMAGE_REPO with its own .venv: the task's command line is translated to those paths.
-
-- Network: a bridge network of the run's own, with a subnet chosen here, so that every task gets a fixed
-  address on it (`place`) before any starts: a parameter-server cluster is told every address up front, and a
-  task that looked a peer up by name before the peer's container existed would fail. The container's hostname
-  is the task's name (ps0, worker1). The network is --internal: its containers reach each other and this
-  machine's end of the bridge (the gateway, .1), nothing beyond. Each container has a network namespace, so
-  every task listens on the same port, PORT.
-- Horovod: the launcher's rendezvous server listens on this machine; the ranks reach it at the gateway address
-  (the address on the route to the first worker) and talk over their eth0.
-- Files: the working directory is mounted at the same path in every container, and the task runs there, so
-  what the runs write (results/, checkpoints/) lands on this machine, as on a shared file system. Paths given
-  to a run must lie under it.
-- User: the launcher's own uid and gid, so that those files are the user's; with every capability dropped and
-  no-new-privileges, so that even uid 0 (the launcher run as root) cannot touch what it does not own.
-- Lifetime: the task runs under harness/lifeline.py with the `docker run` client's stdin as its lifeline, as
-  over ssh: when the client dies (it gets SIGKILL when the launcher dies) the container's stdin closes and
-  lifeline.py stops the task; `--rm` removes the container. Stopping a run removes its containers
-  (`docker rm -f`, by the run's label) and its network, also on Ctrl-C, SIGTERM and errors.
-
-    python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...   (one command, in one container
+    python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...   (one command in one container
                                                                                  without a network: verify's
                                                                                  reference run)
+
+The launcher stays on this machine and starts one `docker run` per task from IMAGE (docker/Dockerfile, the
+repository at IMAGE_REPO). Each run has an --internal bridge network with fixed addresses, the working
+directory mounted at its own path, the user's uid and no capabilities, and the task under lifeline.py;
+docs/architecture.md says why.
 """
 import atexit
 import dataclasses
@@ -78,7 +62,7 @@ def in_image(argv):
 
 
 class Docker(LocalProcess):
-    """A task as a container of its own (see the module's doc). `place` first, for tasks that need a network."""
+    """A task as a container of its own; `place` first, for tasks that need a network."""
 
     network_interface = INTERFACE
 
@@ -97,8 +81,8 @@ class Docker(LocalProcess):
         return cls(args.docker)
 
     def place(self, num_workers, num_ps):
-        """Creates the run's network and gives each task an address on it: (worker addresses, ps addresses).
-        The gateway, .1, is this machine (Horovod's rendezvous)."""
+        """(worker addresses, ps addresses) on the run's new network, fixed before any task starts: a PS
+        cluster is told every address up front. The gateway, .1, is this machine (Horovod's rendezvous)."""
         subnet = self._create_network()
         addresses = [str(address) for address in subnet.hosts()][1:1 + num_workers + num_ps]
         return addresses[:num_workers], addresses[num_workers:]
@@ -118,7 +102,9 @@ class Docker(LocalProcess):
         raise harness.UsageError("--docker: every /24 of 10.213.0.0/16 is taken by another network")
 
     def command(self, task):
-        """The `docker run` command line of `task`."""
+        """The `docker run` command line of `task`: the working directory at its own path, so that results land
+        here; the user's uid with no capabilities, so that even root touches nothing it does not own; and
+        lifeline.py on the client's stdin, so that the task stops when the client dies."""
         cwd = os.getcwd()
         network = ["--network", self.network, "--ip", task.host] if self.network else ["--network", "none"]
         return ["docker", "run", "--rm", "--interactive", "--init", f"--name={self.run}-{task.name}",

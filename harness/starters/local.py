@@ -12,9 +12,9 @@ from harness import lifeline, tasks
 
 
 class LocalProcess:
-    """A task as a local child process, in a process group of its own so that stopping it reaches every
-    process it started. It dies with the launcher, even when the launcher is killed with -9. The workers are
-    spread in blocks over `machines` loopback addresses (tasks.place)."""
+    """A task as a local child process, in a process group of its own so that stopping it reaches all it
+    started; it dies with the launcher, even one killed with -9. Workers spread over `machines` loopback
+    addresses (tasks.place)."""
 
     network_interface = None  # Horovod's ranks talk over the interface towards the first worker
 
@@ -52,9 +52,8 @@ class LocalProcess:
         lifeline.stop_all(processes, grace_seconds)
 
     def free_ports(self, host, count):
-        """Ports free on this machine now; a task binds its port moments later. They are drawn below the
-        kernel's ephemeral range: a port the OS hands out (port 0) could be given, in between, to an outgoing
-        connection, the tasks' own gRPC clients among them ("Address already in use"); these never are."""
+        """Ports free on this machine now, for tasks that bind them moments later: drawn below the kernel's
+        ephemeral range, which outgoing connections (the tasks' own gRPC clients) could take in between."""
         candidates, ports = iter(random.sample(listening_ports(), k=len(listening_ports()))), []
         while len(ports) < count:
             port = next(candidates, None)
@@ -73,8 +72,7 @@ class LocalProcess:
 
 
 def listening_ports():
-    """The ports the launcher gives its tasks: from 10000 up to the start of the ephemeral range
-    (net.ipv4.ip_local_port_range), which outgoing connections take theirs from."""
+    """The ports the launcher gives its tasks: from 10000 up to the ephemeral range (net.ipv4.ip_local_port_range)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
             ephemeral_start = int(ranges.read().split()[0])
@@ -84,11 +82,9 @@ def listening_ports():
 
 
 def isolate_network():
-    """Moves this process, and so every task it starts, into a network namespace of its own whose only
-    interface is a loopback interface. TensorFlow's gRPC server listens on every interface (0.0.0.0 is
-    hard-coded, with no option), so this is what keeps a local run's servers out of reach of anything but the
-    run itself. It needs CAP_SYS_ADMIN (root); without it, the launcher says so and stays on this machine's
-    network. Returns whether the run is isolated."""
+    """Moves this process and its tasks into a network namespace of its own with only a loopback; returns
+    whether it could (it needs root). TensorFlow's gRPC server listens on every interface, with no option, so
+    this is what keeps a local run's servers out of anyone else's reach."""
     CLONE_NEWNET, SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x40000000, 0x8913, 0x8914, 0x1
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(CLONE_NEWNET) != 0:

@@ -1,8 +1,6 @@
-"""Horovod's ranks started by OpenMPI's mpirun (launch --mpi, make run-horovod MPI=1): Horovod's MPI controller
-instead of the launcher's Gloo rendezvous. mpirun is one local process that starts every rank itself: on this
-machine, over its own ssh on other hosts, or, inside a Slurm allocation, through Slurm (OpenMPI notices the
-allocation); it prefixes each line with the rank ([1,0]<stdout>: is rank 0) and, when a rank dies, stops the
-others and names it ("mpirun noticed that process rank 1 ... exited on signal 9")."""
+"""Horovod's ranks started by OpenMPI's mpirun (launch --mpi, make run-horovod MPI=1) with Horovod's MPI
+controller instead of the launcher's Gloo rendezvous. mpirun is one local task that starts every rank itself
+(here, over its own ssh, or through Slurm), tags each line with its rank and stops all when one dies."""
 import os
 import shutil
 

@@ -7,14 +7,10 @@ a link whose two directions are shaped to a given rate, as Mininet's TCLink buil
         |  veth m0 ----- eth0  namespace lstmnet-<pid>-m0  198.18.0.1/15   worker0, ps0
         |  veth m1 ----- eth0  namespace lstmnet-<pid>-m1  198.18.0.2/15   worker1, ps1
 
-Both ends of every veth pair carry an htb qdisc at the link's rate: the machine's end shapes what it sends,
-the switch's end what it receives. Tasks on one machine share its link and reach each other over its loopback
-(free, as on a real machine); tasks on different machines only through the switch. The addresses come from
-198.18.0.0/15, the range set aside for benchmarks (RFC 2544), and exist only inside these namespaces.
-
-Everything is named after the launcher's process id, so a run cleans up what an earlier run left behind when
-its launcher was killed with -9 (it says so): the namespaces of a launcher that no longer runs are removed,
-with any process still inside them. The launcher's own exit paths remove its namespaces itself.
+Both ends of every veth pair are shaped to the link's rate: the machine's end what it sends, the switch's end
+what it receives. Tasks on one machine talk over its loopback, unshaped, as on a real machine. Addresses are
+from 198.18.0.0/15 (RFC 2544's benchmark range). Names carry the launcher's pid, so a run removes what a
+launcher killed with -9 left behind.
 """
 import ctypes
 import dataclasses
@@ -51,9 +47,8 @@ def ip(*args, namespace=None):
 
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """What one machine's link does: carries at most `bits_per_second` in each direction, and, where the kernel
-    has netem, delays every packet by `delay` (e.g. "5ms"). This kernel has no netem: a delay is refused, never
-    faked."""
+    """One machine's link: at most `bits_per_second` in each direction and, where the kernel has netem, every
+    packet delayed by `delay` (e.g. "5ms"); without netem a delay is refused, never faked."""
     bits_per_second: int
     delay: str = None
 
@@ -86,9 +81,8 @@ class Link:
         return self.rate + (f" delay {self.delay}" if self.delay else "")
 
     def shape(self, device, namespace):
-        """Limits what `device` in `namespace` sends: htb, one class at the rate (ceil = rate: no borrowing), a
-        bucket of 10 ms of traffic (at least one timer tick's and 15 kB, Mininet's burst), and netem below it
-        for a delay."""
+        """Limits what `device` in `namespace` sends: one htb class at the rate (no borrowing), a bucket of 10 ms
+        of traffic (at least one timer tick's and Mininet's 15 kB), and netem below it for a delay."""
         bucket = max(15_000, self.bits_per_second // 8 // 100, self.bits_per_second // 8 // HZ)
         rate = self.rate
         tc(namespace, "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1")
@@ -115,9 +109,8 @@ def machine_addresses(machines):
 
 
 def place(addresses, num_workers, num_ps, separate_ps=False):
-    """(address of each worker, address of each parameter server) on machines of `addresses`: the workers in
-    blocks over the machines; the parameter servers round the machines (one per machine when there are as many,
-    Parallax's setup), or, with `separate_ps`, on the last `num_ps` machines, which hold no worker."""
+    """(address of each worker, of each parameter server): workers in blocks over the machines, parameter
+    servers round them (Parallax's one per machine) or, with `separate_ps`, on the last `num_ps` machines."""
     worker_machines = len(addresses) - num_ps if separate_ps else len(addresses)
     workers = [addresses[i * worker_machines // num_workers] for i in range(num_workers)]
     servers = [addresses[worker_machines + i if separate_ps else i % len(addresses)] for i in range(num_ps)]
@@ -125,8 +118,8 @@ def place(addresses, num_workers, num_ps, separate_ps=False):
 
 
 class EmulatedCluster:
-    """`machines` namespaces joined to a switch by links like `link` (None: not shaped). `build` removes what an
-    earlier, killed launcher left and builds the cluster; `remove` removes it. As a context manager it does both."""
+    """`machines` namespaces joined to a switch by links like `link` (None: not shaped); `build` and `remove`,
+    or a context manager."""
 
     def __init__(self, machines, link):
         self.machines, self.link = machines, link
@@ -184,8 +177,7 @@ class EmulatedCluster:
         _enter(f"/run/netns/{self.switch}")
 
     def counters(self):
-        """[(bytes sent, bytes received)] of each machine's link, as its interface counts them (headers
-        included)."""
+        """[(bytes sent, bytes received)] of each machine's link, headers included."""
         found = []
         for namespace in self.namespaces:
             stats = json.loads(ip("-s", "-j", "link", "show", INTERFACE, namespace=namespace))[0]["stats64"]
@@ -226,8 +218,7 @@ def _our_namespaces():
 
 
 def remove_left_behind():
-    """Removes the namespaces of launchers that no longer run (killed with -9), and says so. (A process that
-    took over a dead launcher's id keeps its namespaces until it ends.)"""
+    """Removes, and names, the namespaces of launchers that no longer run (killed with -9)."""
     owners = {}
     for namespace in _our_namespaces():
         owners.setdefault(namespace.split("-")[1], []).append(namespace)
@@ -239,10 +230,8 @@ def remove_left_behind():
 
 
 class NetnsProcess(LocalProcess):
-    """A task as a local child process inside the namespace of its machine (the machine whose address is its
-    host), with the machine's own host name: its address. Software that finds its address from the host name
-    (Gloo does, for Horovod's process sets) then finds the machine's, not this machine's loopback. The
-    starter builds the emulated cluster (`from_flags`) and removes it (`close`)."""
+    """A task as a local child process in its machine's namespace, with the machine's address as host name:
+    software that finds its address from the host name (Gloo does) then finds the machine's, not loopback."""
 
     network_interface = INTERFACE
 
@@ -252,8 +241,8 @@ class NetnsProcess(LocalProcess):
 
     @classmethod
     def from_flags(cls, args):
-        """The cluster of --machines (one per worker) and, with --separate_ps, one more per parameter server,
-        with this thread in its switch's namespace."""
+        """Builds the cluster of --machines (and one per parameter server with --separate_ps) and moves this
+        thread into its switch's namespace."""
         # SIGTERM must unwind like Ctrl-C, through the tasks' stop and the cluster's removal.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         cluster = EmulatedCluster(args.machines + args.ps * args.separate_ps, args.net).build()
@@ -298,9 +287,8 @@ class NetnsProcess(LocalProcess):
 
 
 class ByteCounter:
-    """Each machine's bytes over the measured steps: the counters are read when the chief (worker0) announces
-    that the measured steps begin and that they end (harness/events.py). Both reads happen at the same point
-    of a step, so the difference covers whole steps."""
+    """Each machine's bytes over the measured steps, read when the chief announces their beginning and end
+    (harness/events.py): both at the same point of a step, so the difference covers whole steps."""
 
     def __init__(self, cluster):
         self.cluster = cluster

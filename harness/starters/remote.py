@@ -1,7 +1,5 @@
-"""What the starters of tasks on other hosts share: the heartbeat that keeps a remote task's lifeline
-(harness/lifeline.py) alive (ssh.py, docker.py), and `OnHosts`, the base of the starters that run tasks on the
-slots of named hosts (ssh.py, srun.py), which probes a host for free ports and whether it sees this machine's
-working directory."""
+"""What the starters of tasks on other hosts share: the heartbeat of a remote task's lifeline.py (ssh.py,
+docker.py), and `OnHosts`, the base of starters on named hosts' slots (ssh.py, srun.py)."""
 import os
 import subprocess
 import sys
@@ -30,10 +28,9 @@ PROBE = ("import os, socket, sys; s = [socket.socket() for _ in range(int(sys.ar
 
 
 def probe(command, host, count):
-    """(`count` ports free on `host` now, whether `host` sees this machine's working directory), by running a
-    small Python program there through `command` (argv -> the command line that runs argv on `host`). A token
-    file written here must be readable there. A host where it fails (unreachable, no working directory, no
-    .venv) is a UsageError naming it."""
+    """(`count` ports free on `host` now, whether it sees this working directory: a token file written here),
+    by a small Python program run there through `command` (argv -> its command line on `host`). A host where
+    it fails (unreachable, no working directory, no .venv) is a UsageError naming it."""
     token = uuid.uuid4().hex
     marker = os.path.join(os.getcwd(), f".launch-probe-{token}")
     with open(marker, "w") as f:
@@ -66,14 +63,13 @@ class OnHosts(LocalProcess):
         raise NotImplementedError
 
     def free_ports(self, host, count):
-        """Ports free on `host` now; also the check that the host answers and has the working directory and the
-        .venv, and whether it shares this machine's working directory."""
+        """Ports free on `host` now; the probe also checks the host and whether it shares this working directory."""
         ports, self.shared[host] = probe(lambda argv: self.command(host, argv), host, count)
         return ports
 
     def shares_workdir(self, host):
-        """Whether `host` sees this machine's working directory (a shared file system), where the chief writes
-        the results and the checkpoint that verify and the partition search read back."""
+        """Whether `host` sees this working directory, where the chief writes what verify and the partition
+        search read back."""
         if host not in self.shared:
             self.free_ports(host, 0)
         return self.shared[host]

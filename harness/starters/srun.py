@@ -1,10 +1,7 @@
 """Tasks as Slurm job steps inside the allocation the launcher runs in (launch --slurm; slurm/*.sbatch).
 
-One `srun` per task, not one `srun --multi-prog` for all: the launcher then sees every task as a process of
-its own, as with the other starters, so it prefixes each task's output with its name, reads each task's exit
-status and names the one that failed; the tasks' addresses are decided before they start (ports probed on
-each node), which a PS cluster needs; and Horovod's ranks get their rendezvous from the launcher. With
---multi-prog, Slurm would start them all as one step whose only status is the step's.
+One `srun` per task, not one `srun --multi-prog`, so that each task is a process of its own to the launcher
+with its own exit status and address (docs/cluster.md).
 """
 import dataclasses
 import os
@@ -35,15 +32,9 @@ def allocation():
 
 
 class Srun(OnHosts):
-    """A task as a job step of its own, on one node of the allocation:
-
-        srun --overlap --nodes=1 --ntasks=1 --nodelist=NODE --kill-on-bad-exit=1 COMMAND
-
-    --overlap lets the steps share the allocation's CPUs (a PS task and a worker on one CPU slot, as on any
-    machine where tasks outnumber cores); without it a step waits for CPUs that another step holds. The local
-    srun client stands for the task: its exit status is the task's (128 + N when killed by signal N), and
-    SIGTERM to it is forwarded to the task. Slurm itself stops every step when the job ends (the batch script
-    returns, scancel, the time limit), so a task cannot outlive the job."""
+    """A task as a job step of its own on one node, whose local srun client stands for it (exit status,
+    SIGTERM). --overlap lets the steps share the allocation's CPUs, as tasks outnumber cores; without it a step
+    waits for CPUs another holds. Slurm stops every step when the job ends."""
 
     @classmethod
     def from_flags(cls, args):

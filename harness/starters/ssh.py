@@ -12,12 +12,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 class Ssh(OnHosts):
-    """A task on its host, run by a local ssh client (BatchMode: keys, no passwords). The repository, its .venv
-    and the working directory must be at the same paths on every host, as for mpirun. On the host the task
-    runs under harness/lifeline.py, which stops it when the connection closes, so stopping the local ssh
-    client stops the task. A host that drops off the network is noticed on both sides instead of waited for
-    for ever: here by ssh's keep-alives (about 15 s), there by lifeline.py when the launcher's heartbeats stop
-    (30 s)."""
+    """A task on its host, run by a local ssh client (keys, no passwords), with the repository, its .venv and
+    the working directory at the same paths on every host. The task runs under lifeline.py, so a closed
+    connection or a host off the network stops it; here, ssh's keep-alives notice such a host."""
 
     def __init__(self, hosts, config_file=None):
         super().__init__(hosts)
