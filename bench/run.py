@@ -214,10 +214,11 @@ def estimate_costs(measured, workers):
 
 
 def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
-                trace):
+                alone_seconds, trace):
     """The traffic model's bytes per machine ([(sent, received)]) and the bound's terms (record fields,
-    docs/outputs.md). The lower estimate overlaps everything, at the link's fast end; the upper nothing, at its
-    slow end; the point overlaps pull and exchange with the compute as `trace` allows, at the link's median."""
+    docs/outputs.md). The lower estimate overlaps everything and shares the cores perfectly (one worker's
+    compute alone, `alone_seconds`, W of them over the cores), at the link's fast end; the upper overlaps nothing,
+    at its slow end; the point overlaps pull and exchange with the compute as `trace` allows, at the median."""
     costs = estimate_costs(args.measured_costs, num_workers)
     def network(estimate, **overlaps):
         return traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
@@ -227,11 +228,13 @@ def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machin
     lower_network, upper_network = network("lower", overlap_phases=True)[1], network("upper")[1]
     background = traffic.background_seconds(architecture, compute_term, num_workers, costs["point"])
     computing = compute_term + update
-    return predicted, {"compute_seconds": compute_term, "update_seconds": update, "background_seconds": background,
+    lower_compute = alone_seconds * max(1.0, num_workers / CORES)
+    return predicted, {"compute_seconds": compute_term, "lower_compute_seconds": lower_compute,
+                       "update_seconds": update, "background_seconds": background,
                        "network_seconds": point_network, "lower_network_seconds": lower_network,
                        "upper_network_seconds": upper_network,
                        "bound_seconds": computing + background + point_network,
-                       "lower_seconds": max(computing, lower_network),
+                       "lower_seconds": max(lower_compute + update, lower_network),
                        "upper_seconds": computing + background + upper_network}
 
 
@@ -250,8 +253,11 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
         runner_flags = [*runner_flags, f"--partitions={partitions}"]
     machine_of = machine_of_tasks(addresses, workers, servers)
     compute_term, compute_run_names = compute
+    # one worker's compute alone: one device's step, per row of a worker's batch (under strong scaling a worker
+    # has fewer rows than one device, and fewer rows cost at least their share)
+    alone = one_device_throughput["median_step_seconds"] * batch_size / num_workers / run_config(args, 1).batch_size
     predicted, terms = bound_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of, partitions,
-                                   compute_term, trace)
+                                   compute_term, alone, trace)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": models.units_per_step(models.load(args.model), run_config(args, num_workers)),
