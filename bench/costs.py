@@ -1,7 +1,7 @@
 """What the traffic model's bytes leave out, measured on this machine with the real engines: each protocol's
 fixed cost per message, its rate where the link does not limit it and its payload's share of a shaped link,
-and the CPU time per byte of the sparse rows' work. bench/traffic.py's bound is built from them (docs/bench.md,
-"The bound"); make bench measures them once per machine and software. Needs root (network namespaces).
+and the CPU time per byte of the sparse rows' work. bench/traffic.py's model is built from them (docs/bench.md,
+"The model"); make bench measures them once per machine and software. Needs root (network namespaces).
 
     python -m bench.costs            # measure, print the table, write results/bench-costs.json
     python -m bench.costs --quick    # small sizes and few repeats: seconds, for the tests

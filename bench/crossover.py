@@ -1,5 +1,5 @@
 """Where the hybrid overtakes allgather (python -m bench.run --crossover, docs/bench.md): the smallest W of the
-sweep at which the hybrid trains more words/sec, measured (the runs' medians) and predicted (their bounds).
+sweep at which the hybrid trains more words/sec, measured (the runs' medians) and predicted (their point estimates).
 
 Allgather's bytes on each link grow with W; the hybrid's stay near twice one worker's rows.
 """
@@ -21,8 +21,8 @@ def points(runs):
 
 def runs_of(records):
     """points()'s input from bench.jsonl's measured records: the model's words/sec is words per step over the
-    bound."""
-    return [(r["runner"], r["workers"], r["throughput"]["median"], r["words_per_step"] / r["bound_seconds"])
+    point estimate."""
+    return [(r["runner"], r["workers"], r["throughput"]["median"], r["words_per_step"] / r["point_seconds"])
             for r in records if "skipped" not in r]
 
 

@@ -8,7 +8,7 @@ Sweeps runners x workers x configs x repeats through the launcher: one machine p
 per machine (Parallax's setup), each link shaped to --net. Scaling is weak by default: every worker keeps the
 config's batch; with --scaling=strong the W workers share it, as verify's runs do. Each run adds one JSON line
 to <results_dir>/bench.jsonl (docs/outputs.md) and prints a progress line; the end prints a table per config.
-A run whose bound says it would take longer than --max_run_seconds is skipped with a line saying why.
+A run whose point estimate says it would take longer than --max_run_seconds is skipped with a line saying why.
 """
 import contextlib
 import dataclasses
@@ -63,7 +63,7 @@ def parse_flags(argv=None):
                          "--workers say "
                          "otherwise; written to bench-crossover.jsonl, where the hybrid overtakes printed",
                          flag_values=parser)
-    flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose predicted bound times its steps exceeds this", lower_bound=1,
+    flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose point estimate times its steps exceeds this", lower_bound=1,
                          flag_values=parser)
     # Short runs keep the default sweep within an hour (docs/bench.md, "Warm-up", for what longer runs show).
     parser.set_default("steps", 24)
@@ -176,7 +176,7 @@ def one_device(args):
 
 
 def step_trace(args):
-    """bench/step_trace.py's {"needed": {variable: fraction of the step}, "ready": {...}}: how far the bound lets
+    """bench/step_trace.py's {"needed": {variable: fraction of the step}, "ready": {...}}: how far the model lets
     the pull overlap the forward pass and the exchange the backward pass."""
     output = run_quietly([[sys.executable, "-m", "bench.step_trace", *flags.passed_on(args)]],
                          f"bench.step_trace (when {args.config}'s step reads its variables and has its gradients)")
@@ -213,9 +213,9 @@ def estimate_costs(measured, workers):
     return {"lower": costs("p16"), "point": costs("median"), "upper": dataclasses.replace(costs("p84"), serial=True)}
 
 
-def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
+def model_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 alone_seconds, trace):
-    """The traffic model's bytes per machine ([(sent, received)]) and the bound's terms (record fields,
+    """The traffic model's bytes per machine ([(sent, received)]) and the model's terms (record fields,
     docs/outputs.md). The lower estimate overlaps everything and shares the cores perfectly (one worker's
     compute alone, `alone_seconds`, W of them over the cores), at the link's fast end; the upper overlaps nothing,
     at its slow end; the point overlaps pull and exchange with the compute as `trace` allows, at the median."""
@@ -233,7 +233,7 @@ def bound_terms(args, architecture, variables, rows, num_workers, num_ps, machin
                        "update_seconds": update, "background_seconds": background,
                        "network_seconds": point_network, "lower_network_seconds": lower_network,
                        "upper_network_seconds": upper_network,
-                       "bound_seconds": computing + background + point_network,
+                       "point_seconds": computing + background + point_network,
                        "lower_seconds": max(lower_compute + update, lower_network),
                        "upper_seconds": computing + background + upper_network}
 
@@ -256,7 +256,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     # one worker's compute alone: one device's step, per row of a worker's batch (under strong scaling a worker
     # has fewer rows than one device, and fewer rows cost at least their share)
     alone = one_device_throughput["median_step_seconds"] * batch_size / num_workers / run_config(args, 1).batch_size
-    predicted, terms = bound_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of, partitions,
+    predicted, terms = model_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of, partitions,
                                    compute_term, alone, trace)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
@@ -268,9 +268,9 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
               "compute_seconds_one_device": one_device_throughput["median_step_seconds"],
               "compute_run_names": compute_run_names, "cores_shared": num_workers > CORES,
               "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
-    bound = terms["bound_seconds"]
-    if bound * args.steps > args.max_run_seconds:
-        return dict(record, skipped=f"its bound is {bound:.1f} s a step, {bound * args.steps / 60:.0f} minutes "
+    point = terms["point_seconds"]
+    if point * args.steps > args.max_run_seconds:
+        return dict(record, skipped=f"its point estimate is {point:.1f} s a step, {point * args.steps / 60:.0f} minutes "
                                     f"for {args.steps} steps (--max_run_seconds={args.max_run_seconds})")
     run_name = f"bench-{args.config}-{runner}-{args.net.rate}-w{num_workers}-r{repeat}"
     output = run_quietly([[sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}",
@@ -286,7 +286,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                   tasks_peak_resident_bytes=tasks_peak_resident_bytes(output),
                   measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
                   measured_steps_counted=counted["steps"])
-    if run.asynchronous:  # the workers' steps differ in number: no step of every worker to bound
+    if run.asynchronous:  # the workers' steps differ in number: no step of every worker to price
         paces = worker_paces(summary["updates_by_worker"], counted["from_step"], counted["to_step"])
         predicted = traffic.paced_link_bytes(run.traffic, variables, rows, num_workers, num_ps, machine_of, paces,
                                              partitions)
@@ -294,10 +294,10 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
         return dict(record, outside_the_model=ASYNCHRONOUS, **{**terms, **unpriced}, worker_paces=paces,
                     predicted_bytes_per_step=[{"sent": s, "received": r} for s, r in predicted],
                     bytes_measured_over_predicted=sum(map(sum, measured)) / sum(map(sum, predicted)),
-                    step_over_bound=None, inside_interval=None)
+                    step_over_point=None, inside_interval=None)
     return dict(record, bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
                                                        if sum(map(sum, predicted)) else None),
-                **terms, step_over_bound=step / bound,
+                **terms, step_over_point=step / point,
                 inside_interval=terms["lower_seconds"] <= step <= terms["upper_seconds"])
 
 
@@ -329,10 +329,10 @@ def progress(i, total, record, started):
         print(f"{head}: skipped, {record['skipped']}", flush=True)
         return
     bytes_ratio = record["bytes_measured_over_predicted"]
-    against = (f" = {record['step_over_bound']:.2f} x bound, "
+    against = (f" = {record['step_over_point']:.2f} x point, "
                f"{'inside' if record['inside_interval'] else 'OUTSIDE'} [{record['lower_seconds']:.3f}, "
                f"{record['upper_seconds']:.3f}]"
-               if record["step_over_bound"] else f" (outside the model: {record['outside_the_model']})")
+               if record["step_over_point"] else f" (outside the model: {record['outside_the_model']})")
     print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, step {record['throughput']['median_step_seconds']:.3f}"
           f" s{against}"
           f"{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
@@ -343,7 +343,7 @@ def progress(i, total, record, started):
 
 def table(records):
     """Per config and link, each runner and W's throughput (median and central 68%, over the repeats), speed-up
-    and efficiency against one device, ratio to the best at that W, bytes measured/predicted, step time/bound."""
+    and efficiency against one device, ratio to the best at that W, bytes measured/predicted, step time/point estimate."""
     groups = {}
     for r in records:
         groups.setdefault((r["config"], r["link"]), []).append(r)
@@ -357,7 +357,7 @@ def group_table(records):
     lines = [f"\n{records[0]['config']}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one "
              f"device (run.py): {base:,.0f} {unit}",
              f"{'runner':16s} {'W':>2s} {unit:>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
-             f"{'/best':>5s} {'bytes m/p':>9s} {'step/bound':>10s} {'in interval':>11s}"]
+             f"{'/best':>5s} {'bytes m/p':>9s} {'step/point':>10s} {'in interval':>11s}"]
     rows = {}
     for r in records:
         if "skipped" not in r:
@@ -372,7 +372,7 @@ def group_table(records):
         lines.append(f"{runner:16s} {w:2d} {median[(runner, w)]:10,.0f} {f'[{low:,.0f}, {high:,.0f}]':>17s} "
                      f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
                      f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
-                     f"{median_or_dash([r['step_over_bound'] for r in group]):>10s} "
+                     f"{median_or_dash([r['step_over_point'] for r in group]):>10s} "
                      f"{inside_count([r.get('inside_interval') for r in group]):>11s}")
     lines += [f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}" for r in records if "skipped" in r]
     lines += sorted({f"  {r['runner']}: outside the model, {r['outside_the_model']}" for r in records

@@ -1,6 +1,6 @@
 """When run.py's step on one device first reads each variable and when each gradient is ready, as fractions of
 the step (first op's start to last op's end), from TensorFlow's traced step statistics: the median over
---traced_steps steps after the warm-up. The bound overlaps the pull and the exchange with the compute by them
+--traced_steps steps after the warm-up. The model overlaps the pull and the exchange with the compute by them
 (docs/bench.md). Prints one JSON line:
 {"needed": {variable: fraction}, "ready": {variable: fraction}, "traced_step_seconds": median}
 

@@ -211,7 +211,7 @@ def transports(collective="gloo"):
 @dataclasses.dataclass(frozen=True)
 class Costs:
     """What a step costs beyond its bytes over the links, as bench/costs.py measures it, per transport ("grpc",
-    "gloo allreduce", ...) and per byte of the rows' work. Costs() is the bytes-only bound: every rate
+    "gloo allreduce", ...) and per byte of the rows' work. Costs() is the bytes-only model: every rate
     infinite, nothing fixed, no CPU work."""
     rates: dict = dataclasses.field(default_factory=dict)  # transport: bytes per second (absent: infinite)
     message_seconds: dict = dataclasses.field(default_factory=dict)  # transport: seconds per message
@@ -395,7 +395,7 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
             strategy="mod", costs=Costs(), compute_seconds=0.0, needed=None, ready=None, overlap_phases=False):
     """(each machine's (sent, received) bytes, network seconds beyond the compute, update CPU seconds beyond one
     device's) per step, averaged over the sampled steps. `needed` and `ready` overlap the pull and the exchange
-    with the compute; `overlap_phases` runs both as one phase; with Costs() and neither, the bytes-only bound."""
+    with the compute; `overlap_phases` runs both as one phase; with Costs() and neither, the bytes-only model."""
     groups = {}
     for w in range(num_workers):
         groups.setdefault(machine_of[f"worker{w}"], []).append(w)

@@ -75,7 +75,7 @@ def cell(set_name, model, record, commit, date):
                 "compute_seconds", "compute_seconds_one_device", "lower_compute_seconds", "update_seconds",
                 "background_seconds", "network_seconds", "lower_network_seconds", "upper_network_seconds",
                 "lower_seconds", "upper_seconds")},
-            "point_seconds": record["bound_seconds"],
+            "point_seconds": record["point_seconds"],
             "bytes_measured_over_predicted": record["bytes_measured_over_predicted"]}
 
 

@@ -32,7 +32,7 @@ class Run:
 
     @property
     def asynchronous(self):
-        """Its workers step at their own paces: outside the bound, which is of a synchronous step."""
+        """Its workers step at their own paces: outside the model, which prices a synchronous step."""
         return self.verify == "different"
 
     @property
@@ -64,5 +64,5 @@ RUNS = {run.name: run for run in [
 FAULTED = [name for name, run in RUNS.items() if run.fault]
 VERIFIED = [name for name, run in RUNS.items() if run.verify and not run.fault]
 DISTRIBUTED = [name for name, run in RUNS.items() if run.architecture and not run.fault]
-# The runs whose every step is one synchronous step of the global batch: what the traffic model's bound is of.
+# The runs whose every step is one synchronous step of the global batch: what the performance model prices.
 SYNCHRONOUS = [name for name, run in RUNS.items() if run.verify == "identical" and not run.fault]

@@ -54,7 +54,7 @@ FIELDS = {
     "bench": {"": ["runner", "config", "workers", "ps", "machines", "link", "repeat", "compute_seconds_one_device",
                    "predicted_bytes_per_step"]},
     "measured bench": {"": ["throughput", "measured_bytes_per_step", "compute_seconds", "network_seconds",
-                            "bound_seconds"], "throughput": THROUGHPUT},
+                            "point_seconds"], "throughput": THROUGHPUT},
     "prediction": {"": ["runner", "config", "workers", "machines", "link", "words_per_sec"]},
     "parallax point": {"": ["architecture", "machines", "predicted_words_per_sec", "published_words_per_sec"]},
     "validation cell": {"": ["set", "model", "config", "runner", "workers", "link", "date", "commit", "step_seconds",

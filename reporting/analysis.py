@@ -33,7 +33,7 @@ def combine_repeats(rows):
 
 
 MEASURED_FIELDS = ["median", "p16", "p84", "median_step_seconds", "busiest_measured", "busiest_predicted",
-                   "compute_seconds", "network_seconds", "bound_seconds", "lower_seconds", "upper_seconds",
+                   "compute_seconds", "network_seconds", "point_seconds", "lower_seconds", "upper_seconds",
                    "one_device", "tasks_peak_resident_bytes"]
 
 

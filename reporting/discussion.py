@@ -48,7 +48,7 @@ def _bench_group(config, link, group, rows):
         text += ("Fastest first, of the runs the model explains: " + ", ".join(
             f"{r.name} {blocks.rate(r.median)}" + (f" ({blocks.ratio(r.median / ranked[0].median)})" if i else "")
             for i, r in enumerate(ranked)) + f" {analysis.unit(rows)}. ")
-        by_limit = {limit: [r.name for r in ranked if r.bound == limit] for limit in ("network", "compute")}
+        by_limit = {limit: [r.name for r in ranked if r.limit == limit] for limit in ("network", "compute")}
         text += ("Why: per step the busiest link carries " + ", ".join(
             f"{blocks.byte_count(r.busiest_measured)} for {r.name}" for r in ranked if r.busiest_measured)
             + "; by the model " + "; ".join(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} "

@@ -44,20 +44,20 @@ class BenchRow:
     median_step_seconds: float | None
     busiest_measured: float | None   # bytes per step on the busiest machine link direction, counted
     busiest_predicted: float | None  # the same, from the traffic model
-    compute_seconds: float | None    # the bound's computation term
-    network_seconds: float | None    # the bound's network term (the pull, and the exchange left after the compute)
-    bound_seconds: float | None      # the model's point estimate of the step (None: a run it does not price)
+    compute_seconds: float | None    # the model's computation term
+    network_seconds: float | None    # the model's network term (the pull, and the exchange left after the compute)
+    point_seconds: float | None      # the model's point estimate of the step (None: a run it does not price)
     lower_seconds: float | None      # the model's interval of the step: everything overlapped ...
     upper_seconds: float | None      # ... and nothing
     one_device: float | None         # words/sec of one device alone (run.py, one worker's batch): scaling's base
-    words_per_step: float | None     # the global batch's words: words/sec predicted = words_per_step / bound
+    words_per_step: float | None     # the global batch's words: words/sec predicted = words_per_step / point
     tasks_peak_resident_bytes: float | None  # every task's peak resident memory, summed
     environment: dict | None
     repeats: int = 1              # repeats this row stands for (analysis.combine_repeats)
 
     @property
-    def bound(self):
-        """Which term of the bound is larger: what limits this run's step."""
+    def limit(self):
+        """Which term of the point estimate is larger: what limits this run's step."""
         if self.network_seconds is None or self.compute_seconds is None:
             return None
         return "network" if self.network_seconds > self.compute_seconds else "compute"
@@ -171,7 +171,7 @@ def _bench_row(record):
         busiest_predicted=_busiest(record.get("predicted_bytes_per_step")),
         compute_seconds=_float_or_none(record.get("compute_seconds")),
         network_seconds=_float_or_none(record.get("network_seconds")),
-        bound_seconds=_float_or_none(record.get("bound_seconds")),
+        point_seconds=_float_or_none(record.get("point_seconds")),
         lower_seconds=_float_or_none(record.get("lower_seconds")),
         upper_seconds=_float_or_none(record.get("upper_seconds")),
         one_device=_float_or_none(record.get("one_device_words_per_sec")),

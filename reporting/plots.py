@@ -93,14 +93,14 @@ def scaling(group, title, unit, path):
 
 def measured_against_model(rows, path):
     """Left: bytes per step on the busiest link direction, measured against predicted. Right: the median step
-    time against the bound the link and the computation allow. On the diagonal, the model explains the run."""
+    time against the model's point estimate from the link and the computation. On the diagonal, the model explains the run."""
     figure, (traffic, time) = plt.subplots(1, 2, figsize=WIDE)
     _diagonal_scatter(traffic, [(r, r.busiest_predicted / 1e6, r.busiest_measured / 1e6) for r in rows
                                 if r.busiest_predicted and r.busiest_measured is not None],
                       "predicted MB per step, busiest link", "measured MB per step, busiest link", "traffic")
-    _diagonal_scatter(time, [(r, r.bound_seconds, r.median_step_seconds) for r in rows
-                             if r.bound_seconds and r.median_step_seconds],
-                      "bound on the step time (s)", "measured median step time (s)", "step time")
+    _diagonal_scatter(time, [(r, r.point_seconds, r.median_step_seconds) for r in rows
+                             if r.point_seconds and r.median_step_seconds],
+                      "point estimate of the step time (s)", "measured median step time (s)", "step time")
     _save(figure, path)
 
 

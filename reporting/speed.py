@@ -56,15 +56,15 @@ def bench(results, figure_dir):
     if not rows:
         return parts + [blocks.missing(f"{BENCH_MISSING} (bench.jsonl holds no measured run)")]
     parts.append(blocks.table(
-        ["run", "config", "W", "PS", "mach.", "link", "runs", analysis.unit(rows), "central 68%", "step", "bound",
+        ["run", "config", "W", "PS", "mach.", "link", "runs", analysis.unit(rows), "central 68%", "step", "point",
          "compute", "network", "limit", "busiest MB meas.", "pred."],
         [[r.name, r.config, r.workers, _or_dash(r.ps), _or_dash(r.machines), r.link or "loopback", r.repeats,
           blocks.rate(r.median), blocks.interval(r.p16, r.p84) if r.p16 is not None else "-",
-          _or_dash(r.median_step_seconds, blocks.seconds), _or_dash(r.bound_seconds, blocks.seconds),
-          _or_dash(r.compute_seconds, blocks.seconds), _or_dash(r.network_seconds, blocks.seconds), r.bound or "-",
+          _or_dash(r.median_step_seconds, blocks.seconds), _or_dash(r.point_seconds, blocks.seconds),
+          _or_dash(r.compute_seconds, blocks.seconds), _or_dash(r.network_seconds, blocks.seconds), r.limit or "-",
           _or_dash(r.busiest_measured, _mb), _or_dash(r.busiest_predicted, _mb)] for r in rows],
         "make bench (bench.jsonl), each figure the median over the runs (repeats): W workers on that many "
-        "machines joined by links of the given rate. The bound is the performance model's point estimate of "
+        "machines joined by links of the given rate. The point is the performance model's estimate of "
         "the step: the computation (compute: W run.py at once, per step the slowest; plus the update's work) "
         "plus what of the network it does not overlap (per phase the busiest link's bytes at the slower of the "
         "payload's share of the link and the protocol, with each message's cost; the pull overlapping the "
@@ -81,9 +81,9 @@ def bench(results, figure_dir):
     for index, link in enumerate(dict.fromkeys(r.link for r in rows)):
         path = os.path.join(figure_dir, f"bench-model-{index}.svg")
         plots.measured_against_model([r for r in rows if r.link == link], path)
-        parts.append(blocks.figure(path, f"Step time against its bound, links of {link or 'loopback'}: bytes per "
+        parts.append(blocks.figure(path, f"Step time against its point estimate, links of {link or 'loopback'}: bytes per "
                                          "step on the busiest link direction, measured against predicted, and the "
-                                         "median step time against its bound. On the diagonal, the model explains "
+                                         "median step time against its point estimate. On the diagonal, the model explains "
                                          "the run; above it, something the model leaves out costs time."))
     parts.append(blocks.subheading("Extrapolation to larger clusters"))
     if results.predictions is None:
@@ -121,11 +121,11 @@ def parallax(results, figure_dir):
 
 
 def crossover(results, figure_dir):
-    """Where the hybrid overtakes allgather: bench.run --crossover's runs with each run's bound as the model."""
+    """Where the hybrid overtakes allgather: bench.run --crossover's runs with each run's point estimate as the model."""
     parts = [blocks.subheading("Where the hybrid overtakes allgather")]
     rows = analysis.combine_repeats(results.crossover or [])
-    points = crossing.points((r.name, r.workers, r.median, r.words_per_step / r.bound_seconds) for r in rows
-                             if r.words_per_step and r.bound_seconds)
+    points = crossing.points((r.name, r.workers, r.median, r.words_per_step / r.point_seconds) for r in rows
+                             if r.words_per_step and r.point_seconds)
     ratios = crossing.ratios(points.get(crossing.HYBRID, {}), points.get(crossing.ALLGATHER, {}))
     if not ratios:
         return parts + [blocks.missing(CROSSOVER_MISSING)]
@@ -140,7 +140,7 @@ def crossover(results, figure_dir):
           *[_or_dash(memory.get((name, w)), _gib) for name in (crossing.ALLGATHER, crossing.HYBRID)]]
          for w, measured, predicted in ratios],
         f"bench.run --crossover ({config}, links of {link}): words/sec of Horovod's allgather and of the hybrid, "
-        "measured (the median step) and by the model (the run's words per step over its bound), and the sum of "
+        "measured (the median step) and by the model (the run's words per step over its point estimate), and the sum of "
         "every task's peak resident memory."))
     parts.append(blocks.paragraph(
         f"Measured, the hybrid is faster than allgather from {crossing.said(ratios, 1)}; by the model, from "

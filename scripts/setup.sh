@@ -53,7 +53,7 @@ fi
 # 3. The virtual environment and every pin but Horovod.
 [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-pins=$(grep -Ev '^\s*(#|$)' requirements.txt)
+pins=$(sed -e 's/\s*#.*//' requirements.txt | grep -Ev '^\s*$')  # pins, without comments
 say "installing $(echo "$pins" | grep -v '^horovod' | tr '\n' ' ')"
 "${PIP[@]}" install -q $(echo "$pins" | grep -v '^horovod')
 

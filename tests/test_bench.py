@@ -93,7 +93,7 @@ def test_asynchronous_bytes_weigh_each_worker_s_flows_by_its_pace():
 
 def test_validation_scores_each_set_by_its_interval_and_its_median_error():
     def cell(set_name, step, lower, point, upper):
-        return {"set": set_name, "model": "m", "runner": "tf", "workers": 2, "link": "1gbit", "step_seconds": step,
+        return {"set": set_name, "model": "m", "config": "small", "runner": "tf", "workers": 2, "link": "1gbit", "step_seconds": step,
                 "lower_seconds": lower, "point_seconds": point, "upper_seconds": upper}
     cells = [cell("developed", 1.0, 0.5, 1.0, 2.0), cell("held-out", 1.1, 0.5, 1.0, 2.0),
              cell("held-out", 0.9, 0.95, 1.0, 2.0), cell("held-out", 2.0, 0.5, 1.0, 2.0)]
@@ -550,7 +550,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         computing = record["compute_seconds"] + record["update_seconds"]
         # Horovod's background threads take their share of the shared cores; TF-PS's workers run no Horovod
         assert (record["background_seconds"] > 0) == (record["runner"] == "horovod")
-        assert record["bound_seconds"] == pytest.approx(computing + record["background_seconds"]
+        assert record["point_seconds"] == pytest.approx(computing + record["background_seconds"]
                                                         + record["network_seconds"])
         # the interval: everything overlapped and the cores shared perfectly (one device's step, a worker's batch
         # under weak scaling, W of them over the cores), and nothing; the point between them
@@ -561,7 +561,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         assert record["upper_seconds"] == pytest.approx(computing + record["background_seconds"]
                                                         + record["upper_network_seconds"])
         assert record["lower_network_seconds"] <= record["upper_network_seconds"] * (1 + 1e-9)
-        assert record["lower_seconds"] <= record["bound_seconds"] <= record["upper_seconds"] * (1 + 1e-9)
+        assert record["lower_seconds"] <= record["point_seconds"] <= record["upper_seconds"] * (1 + 1e-9)
         assert record["inside_interval"] == (record["lower_seconds"] <= record["throughput"]["median_step_seconds"]
                                              <= record["upper_seconds"])
         # the busiest link direction's bytes at the link's full rate: less than even the lower estimate's
@@ -577,7 +577,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         assert 4 * 100 * 2**20 < record["tasks_peak_resident_bytes"] < 4 * 4 * 2**30
     assert "bench [4/4] 1gbit tiny horovod W=2" in result.stdout
     assert "tiny, links of 100mbit" in result.stdout and "tiny, links of 1gbit" in result.stdout  # a table each
-    assert "step/bound" in result.stdout and "in interval" in result.stdout and "weak scaling" in result.stdout
+    assert "step/point" in result.stdout and "in interval" in result.stdout and "weak scaling" in result.stdout
     assert "bench: measuring the protocols' costs" not in result.stdout
     predictions = read_jsonl(tmp_path / "results/bench-predict.jsonl")
     assert {(p["runner"], p["machines"]) for p in predictions} == {
@@ -593,7 +593,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
 
 def assert_reported(tmp_path, records):
     """make report reads what the bench wrote: every run in the bench's table, the extrapolation drawn, and a
-    step/bound figure per link rate."""
+    step/point figure per link rate."""
     report = run_module("reporting", f"--results_dir={tmp_path / 'results'}", f"--out_dir={tmp_path / 'report'}",
                         cwd=tmp_path)
     assert report.returncode == 0, report.stderr
@@ -606,13 +606,13 @@ def assert_reported(tmp_path, records):
     assert "bench not run" not in text and "extrapolation not run" not in text
     drawn = {path.name for path in (tmp_path / "report/figures").iterdir()}
     assert {"bench-model-0.svg", "bench-model-1.svg"} <= drawn
-    assert "Step time against its bound, links of 1gbit" in text
+    assert "Step time against its point estimate, links of 1gbit" in text
 
 
 def bench_record(runner, workers, measured, model):
     """A measured bench record with `measured` words/sec and a bound that gives the model's `model` words/sec."""
     return {"runner": runner, "workers": workers, "throughput": {"median": measured}, "words_per_step": 100.0,
-            "bound_seconds": 100.0 / model, "tasks_peak_resident_bytes": workers * 2**30}
+            "point_seconds": 100.0 / model, "tasks_peak_resident_bytes": workers * 2**30}
 
 
 def test_the_crossover_is_the_first_w_at_which_the_hybrid_is_faster():

@@ -1,5 +1,6 @@
 """The launcher's own duties: stopping tasks together, refusing an unusable Horovod before anything starts; and
 bench-overhead's exit status."""
+import json
 import os
 import subprocess
 import sys
@@ -54,12 +55,14 @@ def test_the_launcher_names_an_unknown_architecture(tmp_path, assert_usage_error
     assert_usage_error(launcher_usage_error("gossip", ["--", "--config=tiny"], tmp_path), "gossip")
 
 
-def test_bench_overhead_exits_1_when_the_target_is_missed(tmp_path):
-    """The exit status says whether the target was met (a target no run can reach, so it is missed)."""
+@pytest.mark.parametrize("target, status, verdict", [(1000, 1, "MISSED"), (0.001, 0, "met")])
+def test_bench_overhead_exits_by_whether_the_target_is_met(tmp_path, target, status, verdict):
+    """The exit status says whether the target was met: one no run can reach, and one every run reaches."""
     result = run_module("bench.overhead", "--config=tiny", "--steps=12", "--warmup_steps=2", "--rounds=1",
-                        "--target=1000", cwd=tmp_path)
-    assert result.returncode == 1, result.stderr
-    assert "MISSED" in result.stdout
+                        f"--target={target}", cwd=tmp_path)
+    assert result.returncode == status, result.stderr
+    assert f": {verdict} -> " in result.stdout
+    assert json.loads((tmp_path / "results" / "bench-overhead.json").read_text())["met"] == (status == 0)
 
 
 def test_ports_given_to_tasks_are_distinct_and_outside_the_ephemeral_range():

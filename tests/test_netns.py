@@ -60,7 +60,7 @@ def transfer(cluster, source, destination, size):
 
 
 def test_a_link_is_shaped_to_its_rate_in_each_direction(namespaces):
-    """Both ends of a link hold the rate, and a transfer never beats it. How close to the rate a link comes is
+    """Both ends of a link hold the rate, and a transfer comes near it but never beats it. How close exactly is
     a measurement, made by make bench (bytes and step time against the bound), not a test's assertion."""
     with netns.EmulatedCluster(2, netns.Link.parse("100mbit")) as cluster:
         for device, namespace in (("eth0", cluster.namespaces[0]), ("m0", cluster.switch)):  # both ends shaped
@@ -69,7 +69,8 @@ def test_a_link_is_shaped_to_its_rate_in_each_direction(namespaces):
             assert "htb 1:1" in shown and "rate 100Mbit" in shown, shown
         rates = [transfer(cluster, 0, 1, 25_000_000), transfer(cluster, 1, 0, 25_000_000)]  # about 2 s each
     print(f"payload rates: {[f'{r / 1e6:.1f} Mbit/s' for r in rates]}")
-    assert all(rate <= 1.02 * 100e6 for rate in rates), rates  # TCP's payload: below the line rate
+    # TCP's payload: below the line rate, and not throttled far under it
+    assert all(0.5 * 100e6 < rate <= 1.02 * 100e6 for rate in rates), rates
     assert namespaces_of(os.getpid()) == []
 
 

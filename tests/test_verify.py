@@ -126,6 +126,22 @@ def test_with_four_workers_the_tolerance_applies_and_the_cause_is_named():
     assert verify_module.judge(strict, "reference", "horovod", pair(False, True))[0] is False
 
 
+@pytest.mark.parametrize("control", [None, "--seed=2"])
+def test_with_four_workers_horovod_passes_within_tolerance_and_fails_with_another_seed(tmp_path, control):
+    """End to end at W = 4: the ring's order of addition is named as the cause of the difference; a reference of
+    another seed is a real difference and fails."""
+    flags = ["--model=transformer", "--workers=4", "--runs=reference,horovod"]
+    result = verify(*flags, *([f"--runner_args=horovod={control}"] if control else []), cwd=tmp_path)
+    (pair,) = json.loads((tmp_path / "results/verify.json").read_text())["pairs"]
+    if control:
+        assert result.returncode == 1 and pair["passed"] is False, result.stdout[-3000:]
+        assert pair["verdict"].startswith("DIFFERS: ") and "verify: FAILED" in result.stdout
+    else:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert (pair["identical"], pair["verdict"]) == (False, "within tolerance"), pair
+        assert "ring" in pair["cause"] and f"why not identical: {pair['cause']}" in result.stdout
+
+
 def test_an_old_summary_is_never_taken_for_this_runs(tmp_path):
     """A run that writes its summary elsewhere (here: another --run_name) must fail verify, even though a
     summary from an earlier run lies at the path verify reads."""
