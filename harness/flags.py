@@ -131,8 +131,6 @@ def _one_line(error):
     if isinstance(error, absl_flags.UnrecognizedFlagError):
         return f"--{error.flagname}: no such flag"
     message = " ".join(str(error).split())
-    if message.endswith("must have a value other than None."):  # a required flag that was not given
-        return message.split(":")[0][len("flag "):].replace("=None", "") + ": required"
     if "Unable to open flagfile" in message:
         return "--flagfile: " + message.split("Unable to open flagfile: ")[-1]
     if "Non-boolean argument to boolean flag" in message:
@@ -185,11 +183,9 @@ class _Parsed(absl_flags.ArgumentParser):
         return self.function.__name__
 
 
-def DEFINE_parsed(name, default, function, help, flag_values, required=False):
+def DEFINE_parsed(name, default, function, help, flag_values):
     """A flag whose text `function` (host_list, host_slots) turns into its value, or raises ValueError."""
     absl_flags.DEFINE(_Parsed(function), name, default, help, flag_values=flag_values)
-    if required:
-        absl_flags.mark_flag_as_required(name, flag_values=flag_values)
 
 
 def DEFINE_finite_float(name, default, help, flag_values, lower_bound=0.0):

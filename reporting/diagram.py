@@ -3,6 +3,7 @@
 Sizes come from the variables a run's summary records (their shapes and the kinds of their gradients), so any
 model is drawn as the runners built it."""
 import dataclasses
+import math
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch
@@ -27,18 +28,11 @@ def sizes(summary):
     variables = summary.get("variables")
     if not variables:
         return None
-    count = {name: _product(v["shape"]) for name, v in variables.items()}
+    count = {name: math.prod(v["shape"]) for name, v in variables.items()}
     sparse = tuple(name for name, v in variables.items() if v["kind"] == "sparse")
     return Sizes(summary["config"]["name"], BYTES_PER_FLOAT * sum(n for name, n in count.items() if name not in sparse),
                  BYTES_PER_FLOAT * sum(count[name] for name in sparse),
-                 BYTES_PER_FLOAT * _product(variables[sparse[0]]["shape"][1:]) if sparse else 0, sparse)
-
-
-def _product(shape):
-    result = 1
-    for dimension in shape:
-        result *= dimension
-    return result
+                 BYTES_PER_FLOAT * math.prod(variables[sparse[0]]["shape"][1:]) if sparse else 0, sparse)
 
 
 def architectures(s, workers, ps, rows_per_step, path):
