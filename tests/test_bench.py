@@ -203,8 +203,8 @@ def test_the_step_reads_its_variables_in_forward_order_and_has_their_gradients_i
     assert max(ready["softmax_w"], ready["softmax_b"]) < min(f for name, f in ready.items() if "softmax" not in name)
 
 
-def test_the_costed_bound_reduces_to_the_bytes_only_bound_without_costs():
-    """Infinite protocol rates, no fixed cost and no CPU work per byte give the bytes-only bound, term by term."""
+def test_the_costed_model_reduces_to_the_bytes_only_model_without_costs():
+    """Infinite protocol rates, no fixed cost and no CPU work per byte give the bytes-only model, term by term."""
     protocols = set(traffic.transports().values())
     free = traffic.Costs(rates=dict.fromkeys(protocols, float("inf")), message_seconds=dict.fromkeys(protocols, 0.0),
                          cpu_seconds_per_byte=dict.fromkeys(protocols, 0.0), shared_cores=2)
@@ -218,7 +218,7 @@ def test_the_costed_bound_reduces_to_the_bytes_only_bound_without_costs():
         assert plain[2] == 0.0  # no CPU term
 
 
-def test_the_costed_bound_adds_each_protocol_s_rate_and_messages_and_the_servers_work():
+def test_the_costed_model_adds_each_protocol_s_rate_and_messages_and_the_servers_work():
     """PS, one dense variable of 400 bytes on ps0 (worker0's machine): worker1 pulls it, then pushes its
     gradient. gRPC carries 50 bytes/s, slower than the 100 of the link, and costs 1 s a message: each phase
     takes 400 / 50 + 1 s. The server adds the other worker's gradient (400 bytes at 0.01 s a byte) beyond what
@@ -539,7 +539,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         assert summary["config"]["batch_size"] == record["batch_size"]  # the runners trained that batch
         assert record["measured_steps_counted"] == 8 and record["throughput"]["measured_steps"] == 8
         assert len(record["measured_bytes_per_step"]) == len(record["predicted_bytes_per_step"]) == 2
-        # the bound's compute: two run.py at once, each on one worker's batch; per timed step the slower of them
+        # the model's compute: two run.py at once, each on one worker's batch; per timed step the slower of them
         copies = [[r["seconds"] for r in read_jsonl(tmp_path / "results/bench" / (name + ".jsonl")) if r["step"] >= 4]
                   for name in record["compute_run_names"]]
         assert len(copies) == 2 and all(len(c) == 8 for c in copies)
@@ -610,7 +610,7 @@ def assert_reported(tmp_path, records):
 
 
 def bench_record(runner, workers, measured, model):
-    """A measured bench record with `measured` words/sec and a bound that gives the model's `model` words/sec."""
+    """A measured bench record with `measured` words/sec and a point estimate that gives the model's `model` words/sec."""
     return {"runner": runner, "workers": workers, "throughput": {"median": measured}, "words_per_step": 100.0,
             "point_seconds": 100.0 / model, "tasks_peak_resident_bytes": workers * 2**30}
 

@@ -61,7 +61,7 @@ def transfer(cluster, source, destination, size):
 
 def test_a_link_is_shaped_to_its_rate_in_each_direction(namespaces):
     """Both ends of a link hold the rate, and a transfer comes near it but never beats it. How close exactly is
-    a measurement, made by make bench (bytes and step time against the bound), not a test's assertion."""
+    a measurement, made by make bench (bytes and step time against the model), not a test's assertion."""
     with netns.EmulatedCluster(2, netns.Link.parse("100mbit")) as cluster:
         for device, namespace in (("eth0", cluster.namespaces[0]), ("m0", cluster.switch)):  # both ends shaped
             shown = subprocess.run(["ip", "netns", "exec", namespace, "tc", "class", "show", "dev", device],

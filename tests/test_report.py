@@ -36,7 +36,7 @@ def summary(results_dir, name):
 def bench_lines(results_dir):
     """bench.jsonl as make bench writes it (bench/run.py): per benchmarked run the cluster's shape, the timer's
     throughput fields (here the verify runs' real ones, scaled as if each scaled at 80% efficiency), each machine's
-    bytes per step counted and predicted, and the bound on the step; plus a run the bench skipped."""
+    bytes per step counted and predicted, and the point estimate of the step; plus a run the bench skipped."""
     lines = []
     for verify_name, runner in [("tf", "tf"), ("horovod", "horovod"), ("tf-async", "tf-async")]:
         measured = summary(results_dir, verify_name)
@@ -94,7 +94,7 @@ CROSSOVER = {"horovod": {2: (1000.0, 1100.0), 4: (1200.0, 1250.0), 6: (1300.0, 1
 
 def crossover_lines(results_dir):
     """bench-crossover.jsonl as bench.run --crossover writes it, with the verify runs' real throughput fields
-    scaled to CROSSOVER's words/sec and each run's bound set to give the model's."""
+    scaled to CROSSOVER's words/sec and each run's point estimate set to give the model's."""
     measured = summary(results_dir, "horovod")["throughput"]
     return [{"runner": runner, "architecture": runner, "config": "tiny", "workers": w, "ps": w, "machines": w,
              "link": "100mbit", "repeat": 1, "compute_seconds_one_device": 0.1, "batch_size": 4 * w,
