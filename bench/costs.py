@@ -256,7 +256,8 @@ def describe(costs):
                      f"end): " + ", ".join(f"{name} {share['p16']:.2f} {share['median']:.2f} {share['p84']:.2f}"
                                            for name, share in shares.items()))
     lines.append("rows (one core)  seconds per GB of rows: " + ", ".join(
-        f"{name} {r['seconds_per_byte'] * 1e9:.2f} [{r['p16'] / r['bytes'] * 1e9:.2f}, {r['p84'] / r['bytes'] * 1e9:.2f}]"
+        f"{name} {r['seconds_per_byte'] * 1e9:.2f} "
+        f"[{r['p16'] / r['bytes'] * 1e9:.2f}, {r['p84'] / r['bytes'] * 1e9:.2f}]"
         for name, r in costs["rows"].items()))
     return "\n".join(lines)
 

@@ -63,8 +63,8 @@ def parse_flags(argv=None):
                          "--workers say "
                          "otherwise; written to bench-crossover.jsonl, where the hybrid overtakes printed",
                          flag_values=parser)
-    flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose point estimate times its steps exceeds this", lower_bound=1,
-                         flag_values=parser)
+    flags.DEFINE_integer("max_run_seconds", 300, "skip a run whose point estimate times its steps exceeds this",
+                         lower_bound=1, flag_values=parser)
     # Short runs keep the default sweep within an hour (docs/bench.md, "Warm-up", for what longer runs show).
     parser.set_default("steps", 24)
     parser.set_default("warmup_steps", 4)
@@ -93,7 +93,8 @@ def parse_flags(argv=None):
                                      f"{', '.join(model.CONFIGS)})")
     for name in args.runners:
         if name not in experiments.DISTRIBUTED:
-            raise harness.UsageError(f"--runners: unknown runner {name!r} (known: {', '.join(experiments.DISTRIBUTED)})")
+            raise harness.UsageError(f"--runners: unknown runner {name!r} "
+                                     f"(known: {', '.join(experiments.DISTRIBUTED)})")
     if not all(w.isdigit() and int(w) >= 1 for w in args.workers):
         raise harness.UsageError(f"--workers={','.join(args.workers)}: expected worker counts, each at least 1")
     args.workers = [int(w) for w in args.workers]
@@ -270,8 +271,9 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
               "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
     point = terms["point_seconds"]
     if point * args.steps > args.max_run_seconds:
-        return dict(record, skipped=f"its point estimate is {point:.1f} s a step, {point * args.steps / 60:.0f} minutes "
-                                    f"for {args.steps} steps (--max_run_seconds={args.max_run_seconds})")
+        return dict(record, skipped=f"its point estimate is {point:.1f} s a step, "
+                                    f"{point * args.steps / 60:.0f} minutes for {args.steps} steps "
+                                    f"(--max_run_seconds={args.max_run_seconds})")
     run_name = f"bench-{args.config}-{runner}-{args.net.rate}-w{num_workers}-r{repeat}"
     output = run_quietly([[sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}",
                            f"--ps={num_ps}", f"--net={args.net.rate}",
@@ -333,8 +335,8 @@ def progress(i, total, record, started):
                f"{'inside' if record['inside_interval'] else 'OUTSIDE'} [{record['lower_seconds']:.3f}, "
                f"{record['upper_seconds']:.3f}]"
                if record["step_over_point"] else f" (outside the model: {record['outside_the_model']})")
-    print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, step {record['throughput']['median_step_seconds']:.3f}"
-          f" s{against}"
+    print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, "
+          f"step {record['throughput']['median_step_seconds']:.3f} s{against}"
           f"{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
           f", compute {record['compute_seconds'] / record['compute_seconds_one_device']:.2f} x one device's"
           f"{' (tasks outnumber the cores)' if record['cores_shared'] else ''}; "
@@ -343,7 +345,7 @@ def progress(i, total, record, started):
 
 def table(records):
     """Per config and link, each runner and W's throughput (median and central 68%, over the repeats), speed-up
-    and efficiency against one device, ratio to the best at that W, bytes measured/predicted, step time/point estimate."""
+    and efficiency against one device, ratio to the best at that W, bytes measured/predicted, step time/point."""
     groups = {}
     for r in records:
         groups.setdefault((r["config"], r["link"]), []).append(r)

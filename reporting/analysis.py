@@ -78,4 +78,5 @@ def loss_gaps(runs, reference):
 
 def unit(rows):
     """The throughput unit of bench rows ("words/sec"), as their runs' environment records it."""
-    return f"{next((r.environment.get('unit') for r in rows if r.environment and r.environment.get('unit')), 'words')}/sec"
+    unit = next((r.environment.get("unit") for r in rows if r.environment and r.environment.get("unit")), "words")
+    return f"{unit}/sec"

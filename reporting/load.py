@@ -189,7 +189,8 @@ def _busiest(per_machine):
 
 
 def _prediction(record):
-    return Prediction(name=palette.key(str(record["runner"])), config=_config_name(record["config"]), workers=int(record["workers"]),
+    return Prediction(name=palette.key(str(record["runner"])), config=_config_name(record["config"]),
+                      workers=int(record["workers"]),
                       machines=_int_or_none(record.get("machines")),
                       link=record.get("link"), words_per_sec=float(record["words_per_sec"]))
 

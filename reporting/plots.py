@@ -93,7 +93,7 @@ def scaling(group, title, unit, path):
 
 def measured_against_model(rows, path):
     """Left: bytes per step on the busiest link direction, measured against predicted. Right: the median step
-    time against the model's point estimate from the link and the computation. On the diagonal, the model explains the run."""
+    time against the model's point estimate. On the diagonal, the model explains the run."""
     figure, (traffic, time) = plt.subplots(1, 2, figsize=WIDE)
     _diagonal_scatter(traffic, [(r, r.busiest_predicted / 1e6, r.busiest_measured / 1e6) for r in rows
                                 if r.busiest_predicted and r.busiest_measured is not None],

@@ -81,10 +81,11 @@ def bench(results, figure_dir):
     for index, link in enumerate(dict.fromkeys(r.link for r in rows)):
         path = os.path.join(figure_dir, f"bench-model-{index}.svg")
         plots.measured_against_model([r for r in rows if r.link == link], path)
-        parts.append(blocks.figure(path, f"Step time against its point estimate, links of {link or 'loopback'}: bytes per "
-                                         "step on the busiest link direction, measured against predicted, and the "
-                                         "median step time against its point estimate. On the diagonal, the model explains "
-                                         "the run; above it, something the model leaves out costs time."))
+        parts.append(blocks.figure(path, f"Step time against its point estimate, links of {link or 'loopback'}: "
+                                         "bytes per step on the busiest link direction, measured against predicted, "
+                                         "and the median step time against its point estimate. On the diagonal, the "
+                                         "model explains the run; above it, something the model leaves out "
+                                         "costs time."))
     parts.append(blocks.subheading("Extrapolation to larger clusters"))
     if results.predictions is None:
         parts.append(blocks.missing(PREDICT_MISSING))
@@ -121,7 +122,7 @@ def parallax(results, figure_dir):
 
 
 def crossover(results, figure_dir):
-    """Where the hybrid overtakes allgather: bench.run --crossover's runs with each run's point estimate as the model."""
+    """Where the hybrid overtakes allgather: bench.run --crossover's runs, each run's point estimate the model."""
     parts = [blocks.subheading("Where the hybrid overtakes allgather")]
     rows = analysis.combine_repeats(results.crossover or [])
     points = crossing.points((r.name, r.workers, r.median, r.words_per_step / r.point_seconds) for r in rows
@@ -140,8 +141,8 @@ def crossover(results, figure_dir):
           *[_or_dash(memory.get((name, w)), _gib) for name in (crossing.ALLGATHER, crossing.HYBRID)]]
          for w, measured, predicted in ratios],
         f"bench.run --crossover ({config}, links of {link}): words/sec of Horovod's allgather and of the hybrid, "
-        "measured (the median step) and by the model (the run's words per step over its point estimate), and the sum of "
-        "every task's peak resident memory."))
+        "measured (the median step) and by the model (the run's words per step over its point estimate), and the "
+        "sum of every task's peak resident memory."))
     parts.append(blocks.paragraph(
         f"Measured, the hybrid is faster than allgather from {crossing.said(ratios, 1)}; by the model, from "
         f"{crossing.said(ratios, 2)}. With one parameter server a machine, each link carries about "

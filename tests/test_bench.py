@@ -93,7 +93,8 @@ def test_asynchronous_bytes_weigh_each_worker_s_flows_by_its_pace():
 
 def test_validation_scores_each_set_by_its_interval_and_its_median_error():
     def cell(set_name, step, lower, point, upper):
-        return {"set": set_name, "model": "m", "config": "small", "runner": "tf", "workers": 2, "link": "1gbit", "step_seconds": step,
+        return {"set": set_name, "model": "m", "config": "small", "runner": "tf", "workers": 2, "link": "1gbit",
+                "step_seconds": step,
                 "lower_seconds": lower, "point_seconds": point, "upper_seconds": upper}
     cells = [cell("developed", 1.0, 0.5, 1.0, 2.0), cell("held-out", 1.1, 0.5, 1.0, 2.0),
              cell("held-out", 0.9, 0.95, 1.0, 2.0), cell("held-out", 2.0, 0.5, 1.0, 2.0)]
@@ -610,7 +611,7 @@ def assert_reported(tmp_path, records):
 
 
 def bench_record(runner, workers, measured, model):
-    """A measured bench record with `measured` words/sec and a point estimate that gives the model's `model` words/sec."""
+    """A measured bench record with `measured` words/sec and a point estimate giving the model's `model` words/sec."""
     return {"runner": runner, "workers": workers, "throughput": {"median": measured}, "words_per_step": 100.0,
             "point_seconds": 100.0 / model, "tasks_peak_resident_bytes": workers * 2**30}
 
