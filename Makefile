@@ -124,6 +124,7 @@ else
 	    $(call given,STEPS,--steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
 	    $(call given,SEED,--seed=$(SEED)) $(if $(DATA),--data_path=$(DATA)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
 	    $(if $(filter quick,$(BENCH)),--quick) $(if $(filter crossover,$(BENCH)),--crossover) $(ARGS)
+	$(PYTHON) -m bench.predict --parallax --results_dir=$(RESULTS_DIR)  # with the costs the sweep measured
 endif
 
 bench-overhead: setup

@@ -79,8 +79,10 @@ def _extrapolation(predictions):
         return f"The extrapolation to {largest} workers has no parallax point to compare."
     compared = [f"{blocks.ratio(at['parallax'] / at[other])} over {other} (paper: {published['over'][other]}x at "
                 f"{published['gpus']} GPUs)" for other in published["over"] if other in at]
-    return (f"Extrapolated to {largest} workers, parallax is predicted at {blocks.rate(at['parallax'])} words/sec: "
-            + ("; ".join(compared) or "no tf or horovod point to compare") + ".")
+    config = predictions[0].config
+    return (f"Extrapolated to {largest} workers, parallax is predicted at {blocks.rate(at['parallax'])} words/sec on "
+            f"{config}: " + ("; ".join(compared) or "no tf or horovod point to compare")
+            + f". The paper's speed-ups are of its NLP model (LM1B), not of {config}: a reference, not a check.")
 
 
 def limitations_section(results):
@@ -107,8 +109,9 @@ def limitations_section(results):
         (f"GPU: {', '.join(gpus)}." if gpus else
          "GPU: none recorded in the summaries; on CPUs the ratio of computation to communication differs from "
          "the GPU clusters of the Parallax paper."),
-        "Statistics: each verify figure is one run" + (f", each bench figure the median over up to {repeats} "
-                                                        f"repeats" if repeats else "")
+        "Statistics: each verify figure is one run" + (", each bench figure one run" if repeats == 1 else
+                                                        f", each bench figure the median over up to {repeats} runs"
+                                                        if repeats else "")
         + "; the central 68% interval shows the spread of a run's steps, not of repeated runs.",
     ]
     return blocks.section("Limitations", blocks.bullets(items))

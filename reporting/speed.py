@@ -6,7 +6,7 @@ from reporting import analysis, blocks, plots
 
 BENCH_MISSING = "bench not run: make bench"
 PREDICT_MISSING = "extrapolation not run: python -m bench.predict"
-PARALLAX_MISSING = "Parallax's figure not predicted: python -m bench.costs && python -m bench.predict --parallax"
+PARALLAX_MISSING = "Parallax's figure not predicted: make bench"
 CROSSOVER_MISSING = "crossover sweep not run: make bench BENCH=crossover"
 
 

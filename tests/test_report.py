@@ -162,7 +162,7 @@ def test_report_states_the_verdicts_and_the_measured_figures(verified, without_b
 def test_results_without_bench_say_so(without_bench):
     text = pdf_text(without_bench)
     assert "bench not run: make bench" in text
-    assert "Parallax's figure not predicted: python -m bench.costs && python -m bench.predict --parallax" in text
+    assert "Parallax's figure not predicted: make bench" in text
     assert "crossover sweep not run: make bench BENCH=crossover" in text
 
 
@@ -194,6 +194,8 @@ def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
     assert without_spaces(f"Against one device alone ({blocks.rate(tf['one_device_words_per_sec'])}), 2 workers give "
                           + ", ".join(f"{name} {two[name]['throughput']['median'] / tf['one_device_words_per_sec']:.2f}x"
                                       for name in ("horovod", "tf", "tf-async")) + " (linear: 2x)") in cells
+    assert without_spaces("of its NLP model (LM1B), not of tiny: a reference, not a check") in cells
+    assert without_spaces("each bench figure one run;") in cells  # every bench line is repeat 1
     drawn = {path.name for path in (pdf.parent / "figures").iterdir()}
     assert {"bench-scaling-0.svg", "bench-model-0.svg", "bench-extrapolation.svg", "loss.svg"} <= drawn
     assert "Parallax's published speedups" in text
