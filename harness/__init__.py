@@ -16,9 +16,14 @@ def peak_resident_bytes():
 
 
 def program_name():
-    """How the user started this program, for its messages: "run_tf.py", or "python -m bench.run"."""
+    """How the user started this program, for its messages: "run_tf.py", "bench/run.py" (a path from the
+    repository, so that bench/run.py is not taken for run.py), or "python -m bench.run"."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
-    return f"python -m {spec.name.removesuffix('.__main__')}" if spec else os.path.basename(sys.argv[0])
+    if spec:
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), repo)
+    return os.path.basename(sys.argv[0]) if script.startswith("..") else script
 
 
 def main(entry_point):
