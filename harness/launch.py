@@ -90,10 +90,13 @@ def parameter_server_tasks(script, runner_flags, ps_addresses, worker_addresses)
             for i, address in enumerate(addresses)]
 
 
-def with_ports(hosts, starter):
-    """host:port for each of `hosts`, with a port free on that host."""
+def with_ports(ps_hosts, worker_hosts, starter):
+    """(host:port of each parameter server, of each worker), the ports free on their hosts and drawn at once
+    for every task of a host, so that no two tasks get the same one."""
+    hosts = ps_hosts + worker_hosts
     free = {host: starter.free_ports(host, hosts.count(host)) for host in dict.fromkeys(hosts)}
-    return [f"{host}:{free[host].pop()}" for host in hosts]
+    addresses = [f"{host}:{free[host].pop()}" for host in hosts]
+    return addresses[:len(ps_hosts)], addresses[len(ps_hosts):]
 
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
@@ -109,8 +112,7 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
         tasks = [Task(f"worker{r}", [sys.executable, os.path.join(REPO, script), *runner_flags], host=host)
                  for r, host in enumerate(worker_hosts)]
     else:
-        tasks = parameter_server_tasks(script, runner_flags, with_ports(ps_hosts, starter),
-                                       with_ports(worker_hosts, starter))
+        tasks = parameter_server_tasks(script, runner_flags, *with_ports(ps_hosts, worker_hosts, starter))
     stop_rendezvous = None
     if architecture != "tf":  # the workers are Horovod ranks
         environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface, gloo_timeout)

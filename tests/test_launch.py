@@ -10,6 +10,7 @@ import pytest
 
 from conftest import REPO, launcher_usage_error, run_module
 from harness import lifeline
+from harness.starters import local
 from harness.starters.local import LocalProcess
 
 # A task that ignores SIGTERM but says when it arrived (CLOCK_MONOTONIC: one clock for every process).
@@ -72,6 +73,18 @@ def test_ports_given_to_tasks_are_distinct_and_outside_the_ephemeral_range():
         ephemeral_start = int(ranges.read().split()[0])
     ports = LocalProcess().free_ports("127.0.0.1", 16)
     assert len(set(ports)) == 16 and all(1024 <= port < ephemeral_start for port in ports)
+
+
+def test_no_two_tasks_of_a_run_get_the_same_port():
+    """TensorFlow binds every interface, so a parameter server on 127.0.0.1 and a worker on 127.0.0.2 with one
+    port collide; so do two tasks of one host drawn apart. Here the tasks take 45% of the range: drawn
+    independently, some would share a port."""
+    from harness import launch
+    n = len(local.listening_ports()) * 3 // 20
+    ps, workers = launch.with_ports(["127.0.0.1"] * n, ["127.0.0.1"] * n + ["127.0.0.2"] * n, LocalProcess())
+    ports = [int(address.rsplit(":", 1)[1]) for address in ps + workers]
+    assert len(ports) == 3 * n and len(set(ports)) == 3 * n
+    assert [address.rsplit(":", 1)[0] for address in ps + workers] == ["127.0.0.1"] * 2 * n + ["127.0.0.2"] * n
 
 
 def test_gloo_waits_long_enough_for_the_first_broadcast_on_a_slow_link():

@@ -20,6 +20,7 @@ class LocalProcess:
 
     def __init__(self, machines=1):
         self.machines = machines
+        self.given = set()  # ports handed out: TensorFlow binds every interface, so 127.0.0.1 and .2 share them
 
     @classmethod
     def from_flags(cls, args):
@@ -52,19 +53,23 @@ class LocalProcess:
         lifeline.stop_all(processes, grace_seconds)
 
     def free_ports(self, host, count):
-        """Ports free on this machine now, for tasks that bind them moments later: drawn below the kernel's
-        ephemeral range, which outgoing connections (the tasks' own gRPC clients) could take in between."""
+        """Ports free on this machine now and not given before, for tasks that bind them moments later: drawn
+        below the kernel's ephemeral range, which outgoing connections (the tasks' own gRPC clients) could take
+        in between."""
         candidates, ports = iter(random.sample(listening_ports(), k=len(listening_ports()))), []
         while len(ports) < count:
             port = next(candidates, None)
             if port is None:
                 raise OSError(f"fewer than {count} free ports below the ephemeral range")
+            if port in self.given:
+                continue
             with socket.socket() as sock:
                 try:
                     sock.bind(("", port))  # every interface, as TensorFlow's servers bind
                     ports.append(port)
                 except OSError:
                     pass
+        self.given.update(ports)
         return ports
 
     def shares_workdir(self, host):
