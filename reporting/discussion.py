@@ -109,9 +109,9 @@ def limitations_section(results):
         (f"GPU: {', '.join(gpus)}." if gpus else
          "GPU: none recorded in the summaries; on CPUs the ratio of computation to communication differs from "
          "the GPU clusters of the Parallax paper."),
-        "Statistics: each verify figure is one run" + (", each bench figure one run" if repeats == 1 else
-                                                        f", each bench figure the median over up to {repeats} runs"
-                                                        if repeats else "")
+        "Statistics: each verify figure is one run"
+        + {0: "", 1: ", each bench figure one run"}.get(repeats,
+                                                        f", each bench figure the median of up to {repeats} runs")
         + "; the central 68% interval shows the spread of a run's steps, not of repeated runs.",
     ]
     return blocks.section("Limitations", blocks.bullets(items))
