@@ -90,8 +90,7 @@ def measure_grpc_and_gloo(args, link=None, sizes=None):
         first, second = cluster.addresses
         grpc_tasks = launch.parameter_server_tasks(os.path.relpath(PROBE, launch.REPO),
                                                    probe_flags(args, "grpc", sizes),
-                                                   launch.with_ports([first], starter),
-                                                   launch.with_ports([second], starter))
+                                                   *launch.with_ports([first], [second], starter))
         for task in grpc_tasks:
             task.env.update(PROBE_ENV)
         return run_probe(grpc_tasks, starter, timings_file(args, "grpc")), measure_gloo(args, cluster, sizes)
