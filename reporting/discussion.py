@@ -82,7 +82,8 @@ def _extrapolation(predictions):
     config = predictions[0].config
     return (f"Extrapolated to {largest} workers, parallax is predicted at {blocks.rate(at['parallax'])} words/sec on "
             f"{config}: " + ("; ".join(compared) or "no tf or horovod point to compare")
-            + f". The paper's speed-ups are of its NLP model (LM1B), not of {config}: a reference, not a check.")
+            + f". The paper's speed-ups are of its full-size LM1B model on {published['gpus']} GPUs: for {config} "
+            f"here a reference, not a check.")
 
 
 def limitations_section(results):

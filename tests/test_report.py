@@ -194,7 +194,7 @@ def test_bench_results_are_tabled_plotted_and_discussed(verified, with_bench):
     assert without_spaces(f"Against one device alone ({blocks.rate(tf['one_device_words_per_sec'])}), 2 workers give "
                           + ", ".join(f"{name} {two[name]['throughput']['median'] / tf['one_device_words_per_sec']:.2f}x"
                                       for name in ("horovod", "tf", "tf-async")) + " (linear: 2x)") in cells
-    assert without_spaces("of its NLP model (LM1B), not of tiny: a reference, not a check") in cells
+    assert without_spaces("LM1B model on 48 GPUs: for tiny here a reference, not a check") in cells
     assert without_spaces("each bench figure one run;") in cells  # every bench line is repeat 1
     drawn = {path.name for path in (pdf.parent / "figures").iterdir()}
     assert {"bench-scaling-0.svg", "bench-model-0.svg", "bench-extrapolation.svg", "loss.svg"} <= drawn
