@@ -42,7 +42,7 @@ SlurmdPort={free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={directory}/munge.socket
+AuthInfo=socket={directory}/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation={directory}/state
 SlurmdSpoolDir={directory}/spool
