@@ -41,12 +41,12 @@ def run_module(module, *flags, cwd, timeout=300):
 
 @pytest.fixture(scope="session")
 def verify_run(tmp_path_factory):
-    """One make verify of every run on the tiny config, 30 steps (its directory and CompletedProcess): what
-    test_verify checks and test_report reports on."""
+    """One make verify FAULTS=1 of every run on the tiny config, 30 steps (its directory and CompletedProcess):
+    what test_verify checks and test_report reports on."""
     work = tmp_path_factory.mktemp("verify")
     result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=30",
-                             "--warmup_steps=5", "--log_every=30"], cwd=work, capture_output=True, text=True,
-                            timeout=900)
+                             "--warmup_steps=5", "--log_every=30", "--faults"], cwd=work, capture_output=True,
+                            text=True, timeout=1200)
     return work, result
 
 

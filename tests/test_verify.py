@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, read_jsonl
 import checkpoints_compare
 from harness import models
 import verify as verify_module
@@ -25,7 +25,8 @@ def test_every_synchronous_architecture_trains_the_reference_model(verify_run):
     report = json.loads((tmp_path / "results/verify.json").read_text())
     assert report["passed"] is True
     assert [run["name"] for run in report["runs"]] == ["reference", "tf", "horovod", "horovod-dense", "parallax",
-                                                       "parallax-local", "tf-async"]
+                                                       "parallax-local", "tf-async", "tf-fault", "horovod-fault",
+                                                       "parallax-fault"]
     pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
     for name in ["tf", "horovod", "horovod-dense", "parallax", "parallax-local"]:
         assert pairs["reference", name]["identical"] and pairs["reference", name]["max_abs_diff"] == 0
@@ -38,10 +39,10 @@ def test_every_synchronous_architecture_trains_the_reference_model(verify_run):
         assert run["throughput"] == summary["throughput"] and run["final_loss"] == summary["final_loss"]
 
 
-def test_faults_kill_a_task_of_each_architecture_and_the_resumed_runs_match(tmp_path):
+def test_faults_kill_a_task_of_each_architecture_and_the_resumed_runs_match(verify_run):
     """verify --faults: a parameter server of tf, a worker of horovod and the chief of parallax are killed at
     steps drawn from the seed, each run is resumed from its checkpoints, and each matches the reference."""
-    result = verify("--runs=reference,tf,horovod,parallax", "--faults", cwd=tmp_path)
+    tmp_path, result = verify_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((tmp_path / "results/verify.json").read_text())
     faults = {run["name"]: run["fault"] for run in report["runs"] if "fault" in run}
@@ -52,6 +53,7 @@ def test_faults_kill_a_task_of_each_architecture_and_the_resumed_runs_match(tmp_
         assert 10 < fault["killed_after_step"] < 30 and fault["killed_after_step"] % 10
         assert fault["resumed_at_step"] == fault["killed_after_step"] // 10 * 10
         assert f"launch: fault: killing {fault['task']} after step {fault['killed_after_step']}" in result.stderr
+        assert [r["step"] for r in read_jsonl(tmp_path / f"results/verify-{name}.jsonl")] == list(range(30))
     pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
     assert all(pairs["reference", name]["identical"] for name in faults)
 
