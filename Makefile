@@ -33,6 +33,7 @@
 #             (RESULTS/lstm/, RESULTS/transformer/), and where make report reads them all (default results);
 #             REPORT where make report writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)
+#   TESTS_AT_ONCE  make test: test modules run at a time (2; tests/conftest.py groups them)
 MODEL    ?= lstm
 CONFIG   ?=
 STEPS    ?= 300
@@ -54,6 +55,7 @@ BENCH    ?=
 RESULTS  ?= results
 REPORT   ?= report
 PTB_URL  ?=
+TESTS_AT_ONCE ?= 2
 
 VERIFY_STEPS := $(if $(filter command line environment,$(origin STEPS)),$(STEPS),60)
 given = $(if $(filter command line environment,$(origin $(1))),$(2))
@@ -74,8 +76,9 @@ setup: .venv/.setup-done
 	bash scripts/setup.sh
 	touch $@
 
+# -rs: why each test skipped; the ten slowest; TESTS_AT_ONCE groups of tests at a time (tests/conftest.py)
 test: setup
-	$(PYTHON) -m pytest -q -rs --durations=10 tests  # -rs: why each test skipped; the ten slowest
+	$(PYTHON) -m pytest -q -rs --durations=10 -n $(TESTS_AT_ONCE) --dist loadgroup tests
 
 # Standard library only: python3 when make setup has not made the venv yet.
 data:

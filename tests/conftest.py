@@ -19,6 +19,22 @@ import tensorflow as tf
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# make test runs two groups of tests at a time (pytest-xdist, --dist loadgroup). A group is a module, or modules
+# that share a session fixture; the longest go first, so that no long one is left running alone at the end.
+SHARING = {"test_report": "test_verify"}  # the report reads the session's make verify
+LONGEST_FIRST = ["test_verify", "test_bench", "test_resume", "test_slurm", "test_your_model", "test_docker"]
+
+
+def pytest_collection_modifyitems(items):
+    """Marks each test with its group and puts the longest groups first."""
+    def group(item):
+        return SHARING.get(item.module.__name__, item.module.__name__)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    items.sort(key=lambda item: LONGEST_FIRST.index(group(item)) if group(item) in LONGEST_FIRST
+               else len(LONGEST_FIRST))
+
+
 def missing(reason):
     """Skip for a missing capability, saying why; under CI=true as root, where make setup provides every one,
     fail instead: a skip there is a missing install step."""
@@ -51,6 +67,14 @@ def verify_run(tmp_path_factory):
 
 
 REFERENCES = {}  # (flags, W): the directory of a reference trained once in this session
+
+
+@pytest.fixture(scope="session", autouse=True)
+def references_removed():
+    """Removes the session's references at its end."""
+    yield
+    for trained in REFERENCES.values():
+        shutil.rmtree(trained, ignore_errors=True)
 
 
 def train_reference(flags, workers, ckpt_dir, cwd):
