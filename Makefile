@@ -78,7 +78,7 @@ setup: .venv/.setup-done
 
 # -rs: why each test skipped; the ten slowest; TESTS_AT_ONCE groups of tests at a time (tests/conftest.py)
 test: setup
-	$(PYTHON) -m pytest -q -rs --durations=10 -n $(TESTS_AT_ONCE) --dist loadgroup tests
+	$(PYTHON) -m pytest -q -rs --durations=10 -n $(TESTS_AT_ONCE) tests
 
 # Standard library only: python3 when make setup has not made the venv yet.
 data:

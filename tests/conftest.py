@@ -19,20 +19,34 @@ import tensorflow as tf
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# make test runs two groups of tests at a time (pytest-xdist, --dist loadgroup). A group is a module, or modules
-# that share a session fixture; the longest go first, so that no long one is left running alone at the end.
+# make test runs two groups of tests at a time (pytest-xdist, -n 2). A group is a module, or modules that share a
+# session fixture; the longest go first, so that no long one is left running alone at the end.
 SHARING = {"test_report": "test_verify"}  # the report reads the session's make verify
-LONGEST_FIRST = ["test_verify", "test_bench", "test_resume", "test_slurm", "test_your_model", "test_docker"]
+# test_docker first: on a fresh machine it builds its image, Horovod included, for about 20 minutes.
+LONGEST_FIRST = ["test_docker", "test_verify", "test_bench", "test_resume", "test_slurm", "test_your_model"]
+
+
+def group_of(nodeid):
+    """The group of a test: "tests/test_report.py::test_x" -> "test_verify"."""
+    module = os.path.basename(nodeid.split("::")[0]).removesuffix(".py")
+    return SHARING.get(module, module)
 
 
 def pytest_collection_modifyitems(items):
-    """Marks each test with its group and puts the longest groups first."""
-    def group(item):
-        return SHARING.get(item.module.__name__, item.module.__name__)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: LONGEST_FIRST.index(group(item)) if group(item) in LONGEST_FIRST
+    """Puts the longest groups first."""
+    items.sort(key=lambda item: LONGEST_FIRST.index(group_of(item.nodeid)) if group_of(item.nodeid) in LONGEST_FIRST
                else len(LONGEST_FIRST))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scheduling by scope, a scope being a group: each group's tests run in one process, in turn."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return group_of(nodeid)
+    return ByGroup(config, log)
 
 
 def missing(reason):
