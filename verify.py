@@ -28,14 +28,13 @@ import time
 import numpy as np
 
 import harness
-from harness import experiments, flags, launch, models, results, runner_flags
+from harness import REPO, experiments, flags, launch, models, results, runner_flags
 from harness.experiments import RUNS
 from harness.starters import docker
 from harness.starters.ssh import Ssh
 
 import checkpoints_compare
 
-REPO = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse_flags(argv=None):

@@ -13,9 +13,9 @@ import statistics
 import tempfile
 
 import harness
-from harness import environment, flags, models, results
+from harness import REPO, environment, flags, models, results
 
-from bench.pinned import CORE, REPO, in_turn
+from bench.pinned import CORE, in_turn
 
 SAVED = re.compile(r"checkpoint: \S+ after step \d+: ([\d.]+) MB in ([\d.]+) s")
 

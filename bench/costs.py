@@ -34,7 +34,7 @@ SIZES = {"full": [4096, 1 << 20, 8 << 20, 32 << 20], "quick": [4096, 1 << 16, 1 
 SHAPED = "100mbit"  # the link rate the payload's share is measured at
 SHAPED_SIZES = [1 << 18, 1 << 20]  # both beyond htb's bucket of 10 ms of traffic
 SHAPED_RANKS = (2, 4)  # the rank counts Gloo's share is measured at; a run uses the nearest (docs/bench.md)
-PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": launch.REPO}
+PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": harness.REPO}
 IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
 FORMAT = 5  # the record's layout: a record of another FORMAT is measured again
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
@@ -88,7 +88,7 @@ def measure_grpc_and_gloo(args, link=None, sizes=None):
         cluster.join_switch()  # Horovod's rendezvous, in this process, must be reachable from the machines
         starter = netns.NetnsProcess(cluster)
         first, second = cluster.addresses
-        grpc_tasks = launch.parameter_server_tasks(os.path.relpath(PROBE, launch.REPO),
+        grpc_tasks = launch.parameter_server_tasks(os.path.relpath(PROBE, harness.REPO),
                                                    probe_flags(args, "grpc", sizes),
                                                    *launch.with_ports([first], [second], starter))
         for task in grpc_tasks:
@@ -125,7 +125,7 @@ def measure_mpi(args, transport):
     """Horovod's MPI operations between two ranks on this machine, over `transport` (MPI_TRANSPORTS)."""
     command = mpirun.command(["127.0.0.1", "127.0.0.1"], [sys.executable, PROBE, *probe_flags(args, "collective")])
     command[1:1] = [*MPI_TRANSPORTS[transport], "-x", "HOROVOD_CPU_OPERATIONS=MPI", "-x",
-                    f"PYTHONPATH={launch.REPO}"]
+                    f"PYTHONPATH={harness.REPO}"]
     return run_probe([tasks.Task("mpirun", command)], LocalProcess(), timings_file(args, "collective"))
 
 

@@ -12,9 +12,9 @@ import statistics
 import tempfile
 
 import harness
-from harness import environment, flags, models, results
+from harness import REPO, environment, flags, models, results
 
-from bench.pinned import CORE, REPO, in_turn
+from bench.pinned import CORE, in_turn
 
 
 def main():

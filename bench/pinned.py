@@ -4,7 +4,8 @@ import os
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness import REPO
+
 CORE = min(os.sched_getaffinity(0))
 
 

@@ -20,11 +20,10 @@ import subprocess
 import sys
 
 import harness
-from harness import flags, results
+from harness import REPO, flags, results
 
 from bench import costs
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEPT = os.path.join(REPO, "docs", "validation.jsonl")
 RUNNERS = "tf,horovod,horovod-dense,parallax"
 # (model, config, runners, worker counts, links) of each group of cells; each group is one bench.run sweep.

@@ -5,6 +5,8 @@ import os
 import resource
 import sys
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the runners, models/, docs/
+
 
 class UsageError(Exception):
     """Bad input or environment: reported as one line, exit status 2."""
@@ -21,8 +23,7 @@ def program_name():
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     if spec:
         return f"python -m {spec.name.removesuffix('.__main__')}"
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script = os.path.relpath(os.path.abspath(sys.argv[0]), repo)
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO)
     return os.path.basename(sys.argv[0]) if script.startswith("..") else script
 
 

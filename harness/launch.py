@@ -21,7 +21,7 @@ import socket
 import sys
 
 import harness
-from harness import data, flags, models, partition_search, results, runner_flags
+from harness import REPO, data, flags, models, partition_search, results, runner_flags
 from harness.checkpoints import Checkpoints
 from harness.tasks import Fault, Task, run_tasks
 from harness.experiments import SCRIPTS
@@ -30,7 +30,6 @@ from harness.starters.local import LocalProcess
 from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A collective whose peer died fails after this many seconds (Horovod's default). The launcher stops the other
 # tasks as soon as one dies; the timeout covers tasks started by other means (horovodrun).

@@ -41,9 +41,8 @@ import importlib.util
 import os
 import sys
 
-from harness import UsageError
+from harness import REPO, UsageError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILT_IN = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "models"))
                   if name.endswith(".py") and not name.startswith("_"))
 REQUIRED = ("CONFIGS", "data", "variables", "loss", "update_rule")

@@ -21,11 +21,10 @@ import threading
 import uuid
 
 import harness
-from harness import tasks
+from harness import REPO, tasks
 from harness.starters.local import LocalProcess
 from harness.starters.remote import heartbeat
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE_REPO = "/opt/lstm-dist"  # where docker/Dockerfile puts the repository, its .venv at IMAGE_REPO/.venv
 PORT = 2222
 LABEL = "lstm-dist.run"  # on every container and network of a run: how stopping a run finds them all

@@ -6,9 +6,8 @@ import subprocess
 import sys
 import threading
 
+from harness import REPO
 from harness.starters.remote import OnHosts, heartbeat
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Ssh(OnHosts):
