@@ -42,6 +42,7 @@ def pytest_collection_modifyitems(items):
 def pytest_xdist_make_scheduler(config, log):
     """xdist's scheduling by scope, a scope being a group: each group's tests run in one process, in turn."""
     from xdist.scheduler import LoadScopeScheduling
+    config.option.loadscopereorder = False  # the groups in collection order, longest first, not by test count
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid):
