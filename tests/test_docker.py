@@ -20,6 +20,10 @@ import pytest
 from conftest import (REPO, bit_identical, checkpoint_tensors, launch, launch_and_wait, launcher_usage_error, long_run,
                       train_reference)
 
+# A fresh machine builds the image's base and Horovod in the first test's setup, beside another group of tests
+# (make test runs two at a time): up to the build's own hour, not pytest.ini's 30 minutes.
+pytestmark = pytest.mark.timeout(3600)
+
 LABEL = "lstm-dist.run"  # harness/starters/docker.py labels every container and network of a run with it
 
 
