@@ -16,7 +16,7 @@ import pytest
 from pypdf import PdfReader
 import tensorflow as tf
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness import REPO
 
 
 # make test runs two groups of tests at a time (pytest-xdist, -n 2). A group is a module, or modules that share a
@@ -34,8 +34,8 @@ def group_of(nodeid):
 
 def pytest_collection_modifyitems(items):
     """Puts the longest groups first."""
-    items.sort(key=lambda item: LONGEST_FIRST.index(group_of(item.nodeid)) if group_of(item.nodeid) in LONGEST_FIRST
-               else len(LONGEST_FIRST))
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -217,16 +217,20 @@ def _our_namespaces():
     return [line.split()[0] for line in listed.splitlines() if line.startswith(PREFIX + "-")]
 
 
+def left_behind():
+    """Our namespaces whose launcher no longer runs (killed with -9)."""
+    return [name for name in _our_namespaces() if not os.path.exists(f"/proc/{name.split('-')[1]}")]
+
+
 def remove_left_behind():
-    """Removes, and names, the namespaces of launchers that no longer run (killed with -9)."""
+    """Removes, and names, the namespaces of launchers that no longer run."""
     owners = {}
-    for namespace in _our_namespaces():
+    for namespace in left_behind():
         owners.setdefault(namespace.split("-")[1], []).append(namespace)
     for pid, namespaces in owners.items():
-        if not os.path.exists(f"/proc/{pid}"):
-            _remove(namespaces)
-            print(f"launch: removed {len(namespaces)} network namespaces left by launcher {pid}, which no longer "
-                  f"runs: {', '.join(namespaces)}", file=sys.stderr, flush=True)
+        _remove(namespaces)
+        print(f"launch: removed {len(namespaces)} network namespaces left by launcher {pid}, which no longer runs: "
+              f"{', '.join(namespaces)}", file=sys.stderr, flush=True)
 
 
 class NetnsProcess(LocalProcess):
