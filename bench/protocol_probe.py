@@ -5,6 +5,8 @@ under mpirun), timing the real engines:
                         of --sizes bytes, then both at once, and a pull of --tensors small tensors in one run
     --probe=collective  every rank times Horovod's allreduce and allgather of each of --sizes bytes (Gloo, or MPI
                         under mpirun), then the CPU its background thread takes while idle (--idle_seconds)
+    --probe=beside      every rank allreduces --sizes[0] bytes once every --period seconds until --stop_file
+                        exists: the communication bench/run.py measures the compute beside
 
 Worker0 (rank 0) writes --timings_file, {operation: {size: [seconds]}}, with the machine's CPU seconds per run
 of each operation's largest size under "cpu_seconds"; a file because mpirun interleaves its ranks' lines."""
@@ -23,7 +25,7 @@ SMALL_TENSOR_BYTES = 256  # a tensor whose bytes cost nothing: what is left is t
 def parse_flags():
     parser = flags.parser("protocol_probe", __doc__)
     runner_flags.cluster(parser)
-    flags.DEFINE_enum("probe", None, ["grpc", "collective"], "what to time", flag_values=parser)
+    flags.DEFINE_enum("probe", None, ["grpc", "collective", "beside"], "what to time", flag_values=parser)
     flags.DEFINE_list("sizes", ["4096", "1048576", "8388608"], "tensor sizes in bytes", flag_values=parser)
     flags.DEFINE_integer("tensors", 64, "small tensors pulled in one run (the cost of a message)", lower_bound=2,
                          flag_values=parser)
@@ -31,6 +33,10 @@ def parse_flags():
     flags.DEFINE_integer("repeats", 15, "timed runs of each operation", lower_bound=3, flag_values=parser)
     flags.DEFINE_float("idle_seconds", 5.0, "how long each rank idles while its background CPU is measured",
                        lower_bound=0.1, flag_values=parser)
+    flags.DEFINE_float("period", 1.0, "beside: seconds from one allreduce's start to the next's", lower_bound=0,
+                       flag_values=parser)
+    flags.DEFINE_string("ready_file", None, "beside: written once the first allreduce is done", flag_values=parser)
+    flags.DEFINE_string("stop_file", None, "beside: its existence stops every rank", flag_values=parser)
     args = flags.parse(parser)
     args.sizes = [int(size) for size in args.sizes]
     return args
@@ -143,9 +149,26 @@ def collective_probe(args):
         results.write_json(args.timings_file, timings)
 
 
+def beside_probe(args):
+    import horovod.tensorflow as hvd
+    hvd.init()
+    tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)  # a worker's threads
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    tensor = floats(args.sizes[0])
+    while True:
+        started = time.perf_counter()
+        hvd.allreduce(tensor, op=hvd.Sum, name="beside")
+        if hvd.rank() == 0 and not os.path.exists(args.ready_file):
+            open(args.ready_file, "w").close()
+        # every rank stops after the same allreduce: the one that saw the file tells the others
+        if hvd.allreduce(tf.constant(float(os.path.exists(args.stop_file))), op=hvd.Sum, name="stop") > 0:
+            return
+        time.sleep(max(0.0, args.period - (time.perf_counter() - started)))
+
+
 def main():
     args = parse_flags()
-    return grpc_probe(args) if args.probe == "grpc" else collective_probe(args)
+    return {"grpc": grpc_probe, "collective": collective_probe, "beside": beside_probe}[args.probe](args)
 
 
 if __name__ == "__main__":

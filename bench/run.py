@@ -34,6 +34,7 @@ from harness.starters import netns
 from bench import costs, crossover, predict, traffic
 
 CORES = len(os.sched_getaffinity(0))
+HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 ASYNCHRONOUS = ("asynchronous: each worker steps at its own pace, so the step time does not compare with the "
                 "model's synchronous step; the bytes are predicted for the workers' paces")
 PEAK_RESIDENT = r"^\[\S+\] .*: peak resident memory ([\d,]+) MiB$"
@@ -184,12 +185,12 @@ def step_trace(args):
     return next(json.loads(line) for line in output.splitlines() if line.startswith('{"needed"'))
 
 
-def synchronous_compute(args, num_workers):
+def synchronous_compute(args, num_workers, kind="compute"):
     """(compute seconds of a synchronous step of W workers, the runs' names): W run.py at once on one worker's
     batch each, per step the slowest (the step waits for its last worker), the median over the timed steps.
     Measured, not scaled from one device: copies at once run slower than one alone, even a core each."""
     batch_size = run_config(args, num_workers).batch_size // num_workers
-    names = [f"bench-{args.config}-compute-{args.net.rate}-w{num_workers}-{c}" for c in range(num_workers)]
+    names = [f"bench-{args.config}-{kind}-{args.net.rate}-w{num_workers}-{c}" for c in range(num_workers)]
     run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
                   f"--batch_size={batch_size}"] for name in names],
                 f"{num_workers} run.py at once (the compute of {args.config} at W={num_workers})")
@@ -198,6 +199,44 @@ def synchronous_compute(args, num_workers):
     for name in names:  # their final checkpoints (lm1b's are large) are never read
         shutil.rmtree(os.path.join(args.ckpt_dir, name), ignore_errors=True)
     return statistics.median(max(step) for step in zip(*seconds)), names
+
+
+def compute_terms(args, num_workers, dense_bytes):
+    """(synchronous_compute's seconds, its runs' names, compute_beside's seconds)."""
+    seconds, names = synchronous_compute(args, num_workers)
+    return seconds, names, compute_beside(args, num_workers, seconds, dense_bytes)
+
+
+def compute_beside(args, num_workers, period, dense_bytes):
+    """synchronous_compute's seconds with W Horovod ranks beside the copies allreducing `dense_bytes` (every
+    variable, dense) once every `period`: what communication's work on the shared cores takes from the compute."""
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile("w+") as log:
+        ready, stop = os.path.join(scratch, "ready"), os.path.join(scratch, "stop")
+        job = subprocess.Popen([HOROVODRUN, "--gloo", "-np", str(num_workers), "-H", f"localhost:{num_workers}",
+                                sys.executable, "-m", "bench.protocol_probe", "--probe=beside",
+                                f"--sizes={dense_bytes}", f"--period={period}", f"--ready_file={ready}",
+                                f"--stop_file={stop}"],
+                               stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               env={**os.environ, "PYTHONPATH": REPO})
+        seconds = None
+        try:
+            while not os.path.exists(ready) and job.poll() is None:
+                time.sleep(0.1)
+            if job.poll() is None:
+                seconds = synchronous_compute(args, num_workers, "beside")[0]
+                open(stop, "w").close()
+                job.wait(timeout=60 + period)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGTERM)
+                job.wait()
+        if job.returncode or seconds is None:
+            log.seek(0)
+            tail = "\n".join(log.read().strip().splitlines()[-15:])
+            raise SystemExit(f"bench: the allreduce beside the compute failed (exit {job.returncode}):\n{tail}")
+    return seconds
 
 
 def machine_of_tasks(addresses, workers, servers):
@@ -215,28 +254,41 @@ def estimate_costs(measured, workers):
 
 
 def model_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
-                alone_seconds, trace):
+                beside_seconds, alone_seconds, trace):
     """The traffic model's bytes per machine ([(sent, received)]) and the model's terms (record fields,
     docs/outputs.md). The lower estimate overlaps everything and shares the cores perfectly (one worker's
     compute alone, `alone_seconds`, W of them over the cores), at the link's fast end; the upper overlaps nothing,
-    at its slow end; the point overlaps pull and exchange with the compute as `trace` allows, at the median."""
+    at its slow end, and adds what communication beside the compute took from it (`beside_seconds`); the point is
+    the longer of the W workers computing at once and one worker's own path (its compute alone, slowed by its
+    share of that interference, then what of the network `trace` says its compute does not hide), at the median."""
     costs = estimate_costs(args.measured_costs, num_workers)
+    def protocol_cpu(architecture):
+        return traffic.protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of,
+                                            partitions, costs=costs["upper"])
+    # what the dense allreduce beside took, in proportion to this run's protocol CPU
+    beside_cpu = protocol_cpu("allreduce-dense")
+    interference = (max(0.0, beside_seconds - compute_term) * protocol_cpu(architecture) / beside_cpu
+                    if beside_cpu else 0.0)
+    # a worker's share of it: at most min(W, cores) of the W copies computed at any moment
+    own_compute = alone_seconds + interference * min(num_workers, CORES) / num_workers
     def network(estimate, **overlaps):
         return traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                args.net.bits_per_second / 8, partitions, costs=costs[estimate], **overlaps)
-    predicted, point_network, update = network("point", compute_seconds=compute_term, needed=trace["needed"],
+    predicted, point_network, update = network("point", compute_seconds=own_compute, needed=trace["needed"],
                                                ready=trace["ready"])
     lower_network, upper_network = network("lower", overlap_phases=True)[1], network("upper")[1]
-    background = traffic.background_seconds(architecture, compute_term, num_workers, costs["point"])
-    computing = compute_term + update
+    background = traffic.background_seconds(architecture, own_compute, num_workers, costs["point"])
+    path = own_compute + background + update + point_network
     lower_compute = alone_seconds * max(1.0, num_workers / CORES)
+    lower = max(lower_compute + update, lower_network)
+    upper = compute_term + update + interference + background + upper_network
     return predicted, {"compute_seconds": compute_term, "lower_compute_seconds": lower_compute,
-                       "update_seconds": update, "background_seconds": background,
+                       "compute_beside_seconds": beside_seconds, "interference_seconds": interference,
+                       "own_compute_seconds": own_compute, "update_seconds": update, "background_seconds": background,
                        "network_seconds": point_network, "lower_network_seconds": lower_network,
-                       "upper_network_seconds": upper_network,
-                       "point_seconds": computing + background + point_network,
-                       "lower_seconds": max(lower_compute + update, lower_network),
-                       "upper_seconds": computing + background + upper_network}
+                       "upper_network_seconds": upper_network, "path_seconds": path,
+                       "point_seconds": min(max(compute_term + update, path, lower), upper),
+                       "lower_seconds": lower, "upper_seconds": upper}
 
 
 def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, trace):
@@ -253,12 +305,12 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     if partitions > 1:
         runner_flags = [*runner_flags, f"--partitions={partitions}"]
     machine_of = machine_of_tasks(addresses, workers, servers)
-    compute_term, compute_run_names = compute
+    compute_term, compute_run_names, beside_seconds = compute
     # one worker's compute alone: one device's step, per row of a worker's batch (under strong scaling a worker
     # has fewer rows than one device, and fewer rows cost at least their share)
     alone = one_device_throughput["median_step_seconds"] * batch_size / num_workers / run_config(args, 1).batch_size
     predicted, terms = model_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of, partitions,
-                                   compute_term, alone, trace)
+                                   compute_term, beside_seconds, alone, trace)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": models.units_per_step(models.load(args.model), run_config(args, num_workers)),
@@ -437,8 +489,9 @@ def main():
             rows[w] = traffic.touched_rows(model, run_config(args, w), args, variables, w,
                                            range(args.warmup_steps, args.steps))
         if (link, config, w) not in computes:  # measured again at each rate: close in time to its runs
-            computes[link, config, w] = ((base["median_step_seconds"], [f"bench-{config}-one-device"]) if w == 1
-                                         else synchronous_compute(args, w))
+            computes[link, config, w] = (
+                (base["median_step_seconds"], [f"bench-{config}-one-device"], base["median_step_seconds"]) if w == 1
+                else compute_terms(args, w, sum(v.bytes for v in variables)))
         record = one_run(args, runner, w, repeat, variables, rows[w], base, computes[link, config, w], trace)
         record["environment"] = environment.describe(args, model, run_config(args, w), w)
         records.append(record)

@@ -326,6 +326,25 @@ def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()
     return compute_seconds * num_workers * share / costs.shared_cores
 
 
+def protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of, partitions=1, strategy="mod",
+                         costs=Costs()):
+    """The protocols' CPU seconds of a step's flows, both ends, loopback ones included, averaged over the sampled
+    steps."""
+    groups = machine_groups(machine_of, num_workers)
+    return float(np.mean([sum(size * costs.cpu_seconds_per_byte.get(costs.transports[operation], 0.0)
+                              for _, _, size, _, operation in flows(architecture, variables, step, num_workers, num_ps,
+                                                                    partitions, groups, strategy))
+                          for step in rows.steps or [None]]))
+
+
+def machine_groups(machine_of, num_workers):
+    """The workers of each machine, [[w, ...], ...]."""
+    groups = {}
+    for w in range(num_workers):
+        groups.setdefault(machine_of[f"worker{w}"], []).append(w)
+    return list(groups.values())
+
+
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",
                    costs=Costs(), machine_groups=None):
     """The update's CPU seconds beyond one device's (in the compute term), on the busiest task that applies it:
@@ -396,14 +415,11 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
     """(each machine's (sent, received) bytes, network seconds beyond the compute, update CPU seconds beyond one
     device's) per step, averaged over the sampled steps. `needed` and `ready` overlap the pull and the exchange
     with the compute; `overlap_phases` runs both as one phase; with Costs() and neither, the bytes-only model."""
-    groups = {}
-    for w in range(num_workers):
-        groups.setdefault(machine_of[f"worker{w}"], []).append(w)
+    groups = machine_groups(machine_of, num_workers)
     steps = rows.steps or [None]
 
     def step_flows(step, only=None):
-        return flows(architecture, variables, step, num_workers, num_ps, partitions, list(groups.values()), strategy,
-                     only)
+        return flows(architecture, variables, step, num_workers, num_ps, partitions, groups, strategy, only)
 
     def seconds(step, found, phase, only):
         return phase_seconds(found if only is None else step_flows(step, only), phase, machine_of, bytes_per_second,
@@ -419,7 +435,6 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
                 pull_before_compute(functools.partial(seconds, step, found, PULL), names, needed, compute_seconds)
                 + exchange_after_compute(functools.partial(seconds, step, found, EXCHANGE), names, ready,
                                          compute_seconds))
-    update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs,
-                             list(groups.values()))
+    update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs, groups)
               for step in steps]
     return _mean_per_machine(per_machine), float(np.mean(network)), float(np.mean(update))

@@ -72,7 +72,8 @@ def cell(set_name, model, record, commit, date):
             "workers": record["workers"], "link": record["link"], "date": date, "commit": commit,
             "step_seconds": record["throughput"]["median_step_seconds"],
             **{term: record.get(term) for term in (
-                "compute_seconds", "compute_seconds_one_device", "lower_compute_seconds", "update_seconds",
+                "compute_seconds", "compute_seconds_one_device", "lower_compute_seconds", "compute_beside_seconds",
+                "interference_seconds", "own_compute_seconds", "path_seconds", "update_seconds",
                 "background_seconds", "network_seconds", "lower_network_seconds", "upper_network_seconds",
                 "lower_seconds", "upper_seconds")},
             "point_seconds": record["point_seconds"],

@@ -65,11 +65,12 @@ def bench(results, figure_dir):
           _or_dash(r.busiest_measured, _mb), _or_dash(r.busiest_predicted, _mb)] for r in rows],
         "make bench (bench.jsonl), each figure the median over the runs (repeats): W workers on that many "
         "machines joined by links of the given rate. The point is the performance model's estimate of "
-        "the step: the computation (compute: W run.py at once, per step the slowest; plus the update's work) "
-        "plus what of the network it does not overlap (per phase the busiest link's bytes at the slower of the "
-        "payload's share of the link and the protocol, with each message's cost; the pull overlapping the "
-        "forward pass and the exchange the backward pass as the step trace allows); limit names the larger of "
-        "compute and network. The busiest link "
+        "the step: the longer of the W workers computing at once (compute: W run.py at once, per step the "
+        "slowest; plus the update's work) and one worker's own path: its compute alone, slowed by the "
+        "communication beside it, then what of the network it does not overlap (network: per phase the busiest "
+        "link's bytes at the slower of the payload's share of the link and the protocol, with each message's "
+        "cost; the pull overlapping the forward pass and the exchange the backward pass as the step trace "
+        "allows); limit names the larger of compute and network. The busiest link "
         "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."))
     for index, ((config, link), group) in enumerate(analysis.bench_groups(rows).items()):
         path = os.path.join(figure_dir, f"bench-scaling-{index}.svg")

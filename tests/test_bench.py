@@ -309,6 +309,19 @@ def test_horovod_s_background_threads_share_the_cores_with_the_compute():
     assert traffic.background_seconds("allreduce", 1.0, 2, dataclasses.replace(costs, shared_cores=0)) == 0.0
 
 
+def test_the_protocols_cpu_counts_every_flow_loopback_ones_too_at_its_transport_s_cost():
+    """A ring of two ranks allreduces 400 bytes: each sends 400 at Gloo's 0.01 s a byte, 8 s. Under PS, worker0
+    and ps0 share a machine: their flows cross no link and still cost gRPC's CPU (0.001 s a byte)."""
+    costs = traffic.Costs(cpu_seconds_per_byte={"gloo allreduce": 0.01, "grpc": 0.001})
+    rows = traffic.Rows([one_step([7, 7, 8], [9])])
+    ring = machines(["worker0"], ["worker1"])
+    assert traffic.protocol_cpu_seconds("allreduce-dense", [DENSE], rows, 2, 1, ring, costs=costs) == pytest.approx(8)
+    shared = machines(["worker0", "ps0"], ["worker1"])
+    ps_bytes = sum(f[2] for f in traffic.flows("ps", [DENSE, TABLE], rows.steps[0], 2, 1))
+    assert traffic.protocol_cpu_seconds("ps", [DENSE, TABLE], rows, 2, 1, shared, costs=costs) == pytest.approx(
+        ps_bytes * 0.001)
+
+
 def test_a_transport_of_its_own_within_a_machine_prices_the_flows_there():
     """Two ranks on one machine allgather their rows (2 and 2 distinct rows of 24 bytes with the index, in two
     collectives: values, then indices): over MPI between machines it would cross no link and cost nothing; MPI's
@@ -549,19 +562,29 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         root = next(tmp_path.glob(f"checkpoints/**/{record['run_name']}")).parent
         assert not any((root / name).exists() for name in record["compute_run_names"])
         assert record["compute_seconds"] == pytest.approx(statistics.median(map(max, *copies)))
-        computing = record["compute_seconds"] + record["update_seconds"]
         # Horovod's background threads take their share of the shared cores; TF-PS's workers run no Horovod
         assert (record["background_seconds"] > 0) == (record["runner"] == "horovod")
-        assert record["point_seconds"] == pytest.approx(computing + record["background_seconds"]
-                                                        + record["network_seconds"])
-        # the interval: everything overlapped and the cores shared perfectly (one device's step, a worker's batch
-        # under weak scaling, W of them over the cores), and nothing; the point between them
+        # what two ranks allreducing the variables once a compute step took from the copies beside them, scaled by
+        # the run's protocol CPU: none where it took nothing; a worker's share of it slows its own compute
+        assert record["compute_beside_seconds"] > 0 and record["interference_seconds"] >= 0
+        assert (record["interference_seconds"] > 0) == (record["compute_beside_seconds"] > record["compute_seconds"])
         shared = max(1, 2 / len(os.sched_getaffinity(0)))
+        assert record["own_compute_seconds"] == pytest.approx(record["compute_seconds_one_device"]
+                                                              + record["interference_seconds"] / shared)
+        assert record["path_seconds"] == pytest.approx(record["own_compute_seconds"] + record["background_seconds"]
+                                                       + record["update_seconds"] + record["network_seconds"])
+        # the interval: everything overlapped and the cores shared perfectly (one device's step, a worker's batch
+        # under weak scaling, W of them over the cores), and nothing; the point, the longer of the W copies'
+        # compute and one worker's path, between them
         assert record["lower_compute_seconds"] == pytest.approx(record["compute_seconds_one_device"] * shared)
         assert record["lower_seconds"] == pytest.approx(max(record["lower_compute_seconds"] + record["update_seconds"],
                                                             record["lower_network_seconds"]))
-        assert record["upper_seconds"] == pytest.approx(computing + record["background_seconds"]
-                                                        + record["upper_network_seconds"])
+        assert record["upper_seconds"] == pytest.approx(
+            record["compute_seconds"] + record["update_seconds"] + record["interference_seconds"] +
+            record["background_seconds"] + record["upper_network_seconds"])
+        longer = max(record["compute_seconds"] + record["update_seconds"], record["path_seconds"],
+                     record["lower_seconds"])
+        assert record["point_seconds"] == pytest.approx(min(longer, record["upper_seconds"]))
         assert record["lower_network_seconds"] <= record["upper_network_seconds"] * (1 + 1e-9)
         assert record["lower_seconds"] <= record["point_seconds"] <= record["upper_seconds"] * (1 + 1e-9)
         assert record["inside_interval"] == (record["lower_seconds"] <= record["throughput"]["median_step_seconds"]
