@@ -93,6 +93,13 @@ def parts(variable, partitions, strategy="mod"):
     return part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, strategy)
 
 
+def _placed(architecture, variables, num_ps, partitions, strategy="mod"):
+    """[(variable, rows, server)] of every part on the parameter servers, placed as the runners place them."""
+    greedy = placement.GreedyBySize(num_ps)
+    return [(v, rows, greedy.add(len(rows) * v.row_bytes)) for v in variables
+            if architecture == "ps" or v.kind == "sparse" for rows in parts(v, partitions, strategy)]
+
+
 def _count(indices, rows):
     """How many of `indices` fall in the range `rows`."""
     inside = (indices >= rows.start) & (indices < rows.stop) & ((indices - rows.start) % rows.step == 0)
@@ -150,14 +157,11 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
                 for row_bytes in (v.row_bytes, INDEX_BYTES):
                     found += _ring_allgather([len(step_rows[w][v.name][1]) * row_bytes for w in range(num_workers)])
         return found
-    on_ps = variables if architecture == "ps" else sparse
     if architecture in ("hybrid", "hybrid-local"):
         found += _ring(num_workers, sum(v.bytes for v in dense if v.name in wanted))
-    placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions, strategy)]
-    greedy = placement.GreedyBySize(num_ps)  # the runners' placement
-    servers = [greedy.add(len(rows) * v.row_bytes) for v, rows in placed_parts]
     groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
-    for (v, rows), p in ((part, p) for part, p in zip(placed_parts, servers) if part[0].name in wanted):
+    for v, rows, p in (part for part in _placed(architecture, variables, num_ps, partitions, strategy)
+                       if part[0].name in wanted):
         ps = f"ps{p}"
         for w in range(num_workers):
             if v.kind == "dense":
@@ -173,13 +177,12 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     return found
 
 
-def paced_link_bytes(architecture, variables, rows, num_workers, num_ps, machine_of, paces, partitions=1,
-                     strategy="mod"):
+def paced_link_bytes(architecture, variables, rows, num_workers, num_ps, machine_of, paces, partitions=1):
     """Each machine's (sent, received) bytes per chief step of an asynchronous run in which worker w takes
     paces[w] steps per chief step, averaged over the sampled steps."""
     per_step = []
     for step in rows.steps or [None]:
-        found = flows(architecture, variables, step, num_workers, num_ps, partitions, strategy=strategy)
+        found = flows(architecture, variables, step, num_workers, num_ps, partitions)
         own = [link_bytes([f for f in found if f"worker{w}" in f[:2]], machine_of) for w in range(num_workers)]
         per_step.append([tuple(sum(pace * worker[m][k] for pace, worker in zip(paces, own)) for k in (0, 1))
                          for m in range(len(own[0]))])
@@ -225,8 +228,7 @@ class Costs:
     accelerated_workers: bool = False  # the workers' own update runs on accelerators (in the compute term)
     payload_shares: dict = dataclasses.field(default_factory=dict)  # transport: its payload's share of a link
     serial: bool = False  # a flow's protocol work and its time on the link one after the other, not overlapped
-    background_shares: dict = dataclasses.field(default_factory=dict)  # transport: the core share its library's
-    #                                                                    background thread takes, all the time
+    background_share: float = 0.0  # the core share Horovod's background thread takes, all the time
     cpu_seconds_per_byte: dict = dataclasses.field(default_factory=dict)  # transport: CPU of both ends per byte
 
     @classmethod
@@ -238,7 +240,7 @@ class Costs:
         grpc = [protocols["grpc"][operation] for operation in ("pull", "push")]
         rates, cpu = ({"grpc": min(op["bytes_per_second"] for op in grpc)},
                       {"grpc": max(op["cpu_seconds_per_byte"] for op in grpc)})
-        messages, shares = {"grpc": protocols["grpc"]["message_seconds"]}, {}
+        messages = {"grpc": protocols["grpc"]["message_seconds"]}
         for name in ("gloo", "mpi", "mpi-local"):
             if name in protocols:
                 for operation in COLLECTIVES:
@@ -246,24 +248,26 @@ class Costs:
                     rates[f"{name} {operation}"] = fitted["bytes_per_second"]
                     cpu[f"{name} {operation}"] = fitted["cpu_seconds_per_byte"]
                     messages[f"{name} {operation}"] = fitted["fixed_seconds"]
-                    shares[f"{name} {operation}"] = protocols[name]["background_cpu_share"]
+        # each transport's share from the rank count nearest `workers` that has it (ties: the fewer)
+        by_ranks = sorted(costs["shaped_link"]["payload_shares"].items(), reverse=True,
+                          key=lambda item: (abs(int(item[0]) - workers), int(item[0])))
         return cls(rates, messages, {name: work["seconds_per_byte"] for name, work in rows.items()},
                    transports(collective), shared_cores,
-                   payload_shares={transport: share[quantile] for transport, share in
-                                   shares_nearest(costs["shaped_link"]["payload_shares"], workers).items()},
-                   background_shares=shares, cpu_seconds_per_byte=cpu)
+                   payload_shares={transport: share[quantile] for _, shares in by_ranks
+                                   for transport, share in shares.items()},
+                   background_share=protocols.get(collective, {}).get("background_cpu_share", 0.0),
+                   cpu_seconds_per_byte=cpu)
+
+    def work(self, rows_in, distinct, dense_added=0, dense_applied=0):
+        """CPU seconds to deduplicate `rows_in` bytes of rows, apply `distinct` bytes of rows and `dense_applied`
+        bytes of dense values, and add `dense_added` bytes of dense gradients."""
+        per_byte = self.row_seconds_per_byte
+        return (rows_in * per_byte.get("deduplicate", 0.0) + (distinct + dense_applied) * per_byte.get("apply", 0.0)
+                + dense_added * per_byte.get("add", 0.0))
 
     def protocol_seconds(self, transport, size):
         """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
         return size / self.rates.get(transport, float("inf")) + self.message_seconds.get(transport, 0.0)
-
-
-def shares_nearest(shares_by_ranks, workers):
-    """{transport: shares}, each transport's from the rank count nearest `workers` (ties: the fewer)."""
-    nearest = {}
-    for ranks in sorted(shares_by_ranks, key=lambda ranks: (abs(int(ranks) - workers), int(ranks)), reverse=True):
-        nearest.update(shares_by_ranks[ranks])
-    return nearest
 
 
 def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()):
@@ -320,20 +324,18 @@ def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
 def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()):
     """What Horovod's background threads, each taking its share of a core all the time, take from the compute
     on costs.shared_cores cores (the emulated cluster); zero for parameter servers' workers."""
-    share = costs.background_shares.get(costs.transports["allreduce"], 0.0)
     if architecture == "ps" or not costs.shared_cores:
         return 0.0
-    return compute_seconds * num_workers * share / costs.shared_cores
+    return compute_seconds * num_workers * costs.background_share / costs.shared_cores
 
 
-def protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of, partitions=1, strategy="mod",
-                         costs=Costs()):
+def protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of, partitions=1, costs=Costs()):
     """The protocols' CPU seconds of a step's flows, both ends, loopback ones included, averaged over the sampled
     steps."""
     groups = machine_groups(machine_of, num_workers)
     return float(np.mean([sum(size * costs.cpu_seconds_per_byte.get(costs.transports[operation], 0.0)
                               for _, _, size, _, operation in flows(architecture, variables, step, num_workers, num_ps,
-                                                                    partitions, groups, strategy))
+                                                                    partitions, groups))
                           for step in rows.steps or [None]]))
 
 
@@ -345,73 +347,50 @@ def machine_groups(machine_of, num_workers):
     return list(groups.values())
 
 
-def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, strategy="mod",
-                   costs=Costs(), machine_groups=None):
+def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, costs=Costs(),
+                   machine_groups=None):
     """The update's CPU seconds beyond one device's (in the compute term), on the busiest task that applies it:
     a server adds, deduplicates and applies what it receives; under allreduce every worker applies every worker's
     rows, under sparse-as-dense whole tables. hybrid-local's first worker of a machine deduplicates on its CPU."""
     sparse = [v for v in variables if v.kind == "sparse"]
-    dense = [v for v in variables if v.kind == "dense"]
-    work = functools.partial(_update_work, costs)
+    dense_bytes = sum(v.bytes for v in variables if v.kind == "dense")
 
     def row_bytes(v, w):
         return len(step_rows[w][v.name][1]) * v.row_bytes
-    own = 0.0 if costs.accelerated_workers else work(sum(row_bytes(v, 0) for v in sparse),
-                                                     sum(row_bytes(v, 0) for v in sparse),
-                                                     dense_applied=sum(v.bytes for v in dense))
+    own_rows = sum(row_bytes(v, 0) for v in sparse)
+    own = 0.0 if costs.accelerated_workers else costs.work(own_rows, own_rows, dense_applied=dense_bytes)
     if architecture in ("allreduce", "allreduce-dense") and costs.accelerated_workers:
         return 0.0
     if architecture == "allreduce-dense":  # added in the collective, then every table updated whole
         tables = sum(v.bytes for v in sparse) * sum(costs.row_seconds_per_byte.get(name, 0.0)
                                                     for name in ("densify", "apply_dense"))
-        return max(tables + work(0, 0, dense_applied=sum(v.bytes for v in dense)) - own, 0.0)
+        return max(tables + costs.work(0, 0, dense_applied=dense_bytes) - own, 0.0)
     if architecture == "allreduce":
         union = sum(len(np.unique(np.concatenate([step_rows[w][v.name][1] for w in range(num_workers)])))
                     * v.row_bytes for v in sparse)
-        busiest = work(sum(row_bytes(v, w) for v in sparse for w in range(num_workers)), union,
-                       dense_applied=sum(v.bytes for v in dense))
+        busiest = costs.work(sum(row_bytes(v, w) for v in sparse for w in range(num_workers)), union,
+                             dense_applied=dense_bytes)
         return max(busiest - own, 0.0)
     if architecture == "hybrid-local":  # a machine's first worker sends the union of its machine's rows
-        local = max(work(sum(row_bytes(v, w) for v in sparse for w in group), 0) for group in machine_groups)
+        local = max(costs.work(sum(row_bytes(v, w) for v in sparse for w in group), 0) for group in machine_groups)
         pushed = {v.name: [np.unique(np.concatenate([step_rows[w][v.name][1] for w in group]))
                            for group in machine_groups] for v in sparse}
     else:  # every worker sends its rows as they are
         local, pushed = 0.0, {v.name: [step_rows[w][v.name][1] for w in range(num_workers)] for v in sparse}
-    replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
-        work(0, 0, dense_applied=sum(v.bytes for v in dense))
-    return max(local + _server_seconds(architecture, variables, pushed, num_workers, num_ps, partitions, strategy,
-                                       costs) + replicated - own, 0.0)
-
-
-def _update_work(costs, rows_in, distinct, dense_added=0, dense_applied=0):
-    """CPU seconds to deduplicate `rows_in` bytes of rows, apply `distinct` bytes of rows and `dense_applied`
-    bytes of dense values, and add `dense_added` bytes of dense gradients."""
-    per_byte = costs.row_seconds_per_byte
-    return (rows_in * per_byte.get("deduplicate", 0.0) + (distinct + dense_applied) * per_byte.get("apply", 0.0)
-            + dense_added * per_byte.get("add", 0.0))
-
-
-def _server_seconds(architecture, variables, pushed, num_workers, num_ps, partitions, strategy, costs):
-    """The busiest parameter server's update: it adds the workers' dense gradients and deduplicates and applies
-    the rows `pushed[variable]` (one array a sender) of its parts."""
-    work = functools.partial(_update_work, costs)
-    on_ps = variables if architecture == "ps" else [v for v in variables if v.kind == "sparse"]
-    placed_parts = [(v, part) for v in on_ps for part in parts(v, partitions, strategy)]
-    greedy = placement.GreedyBySize(num_ps)  # the runners' placement
+    # the busiest server adds the workers' dense gradients, deduplicates and applies the rows of its parts
     per_server = [[] for _ in range(num_ps)]
-    for v, rows in placed_parts:
-        p = greedy.add(len(rows) * v.row_bytes)
-        if v.kind == "dense":
-            per_server[p].append(work(0, 0, (num_workers - 1) * v.bytes, v.bytes))
-        else:
-            per_server[p].append(work(sum(_count(u, rows) for u in pushed[v.name]) * v.row_bytes,
-                                      _count(np.unique(np.concatenate(pushed[v.name])), rows) * v.row_bytes))
-    return max((max(work_of_parts, default=0.0) if costs.parallel_parts else sum(work_of_parts))
-               for work_of_parts in per_server)
+    for v, rows, p in _placed(architecture, variables, num_ps, partitions):
+        per_server[p].append(costs.work(0, 0, (num_workers - 1) * v.bytes, v.bytes) if v.kind == "dense" else
+                             costs.work(sum(_count(u, rows) for u in pushed[v.name]) * v.row_bytes,
+                                        _count(np.unique(np.concatenate(pushed[v.name])), rows) * v.row_bytes))
+    server = max((max(work, default=0.0) if costs.parallel_parts else sum(work)) for work in per_server)
+    replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
+        costs.work(0, 0, dense_applied=dense_bytes)
+    return max(local + server + replicated - own, 0.0)
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
-            strategy="mod", costs=Costs(), compute_seconds=0.0, needed=None, ready=None, overlap_phases=False):
+            costs=Costs(), compute_seconds=0.0, needed=None, ready=None, overlap_phases=False):
     """(each machine's (sent, received) bytes, network seconds beyond the compute, update CPU seconds beyond one
     device's) per step, averaged over the sampled steps. `needed` and `ready` overlap the pull and the exchange
     with the compute; `overlap_phases` runs both as one phase; with Costs() and neither, the bytes-only model."""
@@ -419,7 +398,7 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
     steps = rows.steps or [None]
 
     def step_flows(step, only=None):
-        return flows(architecture, variables, step, num_workers, num_ps, partitions, groups, strategy, only)
+        return flows(architecture, variables, step, num_workers, num_ps, partitions, groups, only=only)
 
     def seconds(step, found, phase, only):
         return phase_seconds(found if only is None else step_flows(step, only), phase, machine_of, bytes_per_second,
@@ -428,13 +407,11 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
     for step in steps:
         found = step_flows(step)
         per_machine.append(link_bytes(found, machine_of))
-        if overlap_phases:
-            network.append(phase_seconds(found, None, machine_of, bytes_per_second, costs))
-        else:
-            network.append(
-                pull_before_compute(functools.partial(seconds, step, found, PULL), names, needed, compute_seconds)
-                + exchange_after_compute(functools.partial(seconds, step, found, EXCHANGE), names, ready,
-                                         compute_seconds))
-    update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, strategy, costs, groups)
+        network.append(seconds(step, found, None, None) if overlap_phases else
+                       pull_before_compute(functools.partial(seconds, step, found, PULL), names, needed,
+                                           compute_seconds)
+                       + exchange_after_compute(functools.partial(seconds, step, found, EXCHANGE), names, ready,
+                                                compute_seconds))
+    update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, costs, groups)
               for step in steps]
     return _mean_per_machine(per_machine), float(np.mean(network)), float(np.mean(update))
