@@ -13,6 +13,7 @@ mpi-local (through shared memory), two ranks under mpirun on this machine. Rows:
 import contextlib
 import io
 import os
+import signal
 import sys
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
@@ -262,6 +263,7 @@ def describe(costs):
 
 
 def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through the emulated clusters' removal
     parser = flags.parser("bench.costs", __doc__)
     flags.DEFINE_boolean("quick", False, "small sizes and 5 repeats: seconds, not minutes", flag_values=parser)
     flags.DEFINE_boolean("mpi", True, "measure Horovod's MPI operations too (needs mpirun)", flag_values=parser)

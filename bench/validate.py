@@ -16,6 +16,7 @@ import math
 import os
 import statistics
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -42,17 +43,29 @@ def sweep(out, bench_flags, who):
     """Runs one bench.run sweep with its results in `out` and returns its records; its bad input stays exit 2."""
     command = [sys.executable, "-m", "bench.run", *bench_flags, f"--results_dir={out}"]
     print(f"{who}: " + " ".join(command[1:]), flush=True)
-    status = subprocess.run(command, cwd=REPO).returncode
+    status = run_child(command)
     if status:
         raise SystemExit(2 if status == 2 else f"{who}: the sweep failed (its output above)")
     return [record for _, record in results.read_lines(os.path.join(out, results.BENCH), "bench")]
+
+
+def run_child(command):
+    """Runs `command` and returns its exit status; if this process is stopped, it stops the command with SIGTERM
+    and waits, so that the command removes its emulated machines."""
+    child = subprocess.Popen(command, cwd=REPO)
+    try:
+        return child.wait()
+    finally:
+        if child.poll() is None:
+            child.terminate()
+            child.wait()
 
 
 def measure_costs(results_dir):
     """bench.costs into results_dir/validate, before any cell runs."""
     command = [sys.executable, "-m", "bench.costs", f"--results_dir={os.path.join(results_dir, 'validate')}"]
     print("bench.validate: " + " ".join(command[1:]), flush=True)
-    if subprocess.run(command, cwd=REPO).returncode:
+    if run_child(command):
         raise SystemExit("bench.validate: bench.costs failed (its output above)")
 
 
@@ -101,6 +114,7 @@ def score(cells):
 
 
 def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_child's stop of the sweep
     parser = flags.parser("bench.validate", __doc__)
     flags.DEFINE_list("sets", list(SETS), "which sets of cells to run", flag_values=parser)
     flags.DEFINE_boolean("score", False, "only score the kept records (docs/validation.jsonl)", flag_values=parser)

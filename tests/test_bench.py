@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from conftest import REPO, pdf_text, read_jsonl, run_module, run_script, without
 from bench import crossover, predict, traffic, validate
 from bench import run as bench_run
 from harness import experiments, placement
+from harness.starters import netns
 from reporting import blocks
 from harness import models
 
@@ -302,7 +304,7 @@ def test_horovod_s_background_threads_share_the_cores_with_the_compute():
     """Each Horovod worker's thread takes 0.1 of a core: 2 workers computing 1 s on 2 shared cores lose 0.2 of
     2 cores, 0.1 s; 4 workers on 2 cores 0.2 s. TF-PS's workers run no Horovod; off shared cores (a real cluster)
     it is not priced."""
-    costs = traffic.Costs(background_shares={"gloo allreduce": 0.1}, shared_cores=2)
+    costs = traffic.Costs(background_share=0.1, shared_cores=2)
     assert traffic.background_seconds("allreduce", 1.0, 2, costs) == pytest.approx(0.1)
     assert traffic.background_seconds("hybrid", 1.0, 4, costs) == pytest.approx(0.2)
     assert traffic.background_seconds("ps", 1.0, 2, costs) == 0.0
@@ -386,7 +388,7 @@ def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs
     four = traffic.Costs.measured(measured, workers=5)  # the nearest rank count measured
     assert four.payload_shares == {"grpc": shares["2"]["grpc"]["median"],
                                    **{name: share["median"] for name, share in shares["4"].items()}}
-    assert costed.background_shares["gloo allreduce"] == measured["protocols"]["gloo"]["background_cpu_share"]
+    assert costed.background_share == measured["protocols"]["gloo"]["background_cpu_share"]
     stale = dict(measured, format=costs.FORMAT - 1)
     (measured_costs / "bench-costs.json").write_text(json.dumps(stale))
     try:
@@ -459,6 +461,34 @@ def test_predict_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, 
 
 def test_validate_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
     assert_usage_error(run_module("bench.validate", "--sets=developed,nope", cwd=tmp_path), "--sets")
+
+
+def test_a_stopped_validation_stops_its_child_and_leaves_no_machine(tmp_path):
+    """SIGTERM to bench.validate while its bench.costs runs an emulated cluster: both end, and the cluster's
+    namespaces go with them."""
+    if os.geteuid() != 0:
+        pytest.skip("bench.costs' emulated cluster needs root")
+    validation = subprocess.Popen([sys.executable, "-m", "bench.validate", f"--results_dir={tmp_path}"], cwd=REPO,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def children():  # the processes this validation started
+        pids = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+        return [p for p in pids if int(p) != validation.pid]
+
+    def namespaces(owners):
+        return [n for n in netns._our_namespaces() if n.split("-")[1] in owners]
+    deadline = time.monotonic() + 300
+    while not namespaces(children()) and validation.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    owners = children()
+    assert namespaces(owners), "bench.costs never made its emulated cluster"
+    time.sleep(2)  # the cluster being built
+    validation.send_signal(signal.SIGTERM)
+    assert validation.wait(timeout=60) != 0
+    deadline = time.monotonic() + 60
+    while (children() or namespaces(owners)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert children() == [] and namespaces(owners) == []
 
 
 def test_costs_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
