@@ -202,14 +202,10 @@ def synchronous_compute(args, num_workers, kind="compute"):
 
 
 def compute_terms(args, num_workers, dense_bytes):
-    """(synchronous_compute's seconds, its runs' names, compute_beside's seconds)."""
-    seconds, names = synchronous_compute(args, num_workers)
-    return seconds, names, compute_beside(args, num_workers, seconds, dense_bytes)
-
-
-def compute_beside(args, num_workers, period, dense_bytes):
-    """synchronous_compute's seconds with W Horovod ranks beside the copies allreducing `dense_bytes` (every
-    variable, dense) once every `period`: what communication's work on the shared cores takes from the compute."""
+    """(synchronous_compute's seconds, its runs' names, the same seconds with W Horovod ranks beside the copies
+    allreducing `dense_bytes` (every variable, dense) once a compute step: what communication's work on the shared
+    cores takes from the compute)."""
+    period, names = synchronous_compute(args, num_workers)
     with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile("w+") as log:
         ready, stop = os.path.join(scratch, "ready"), os.path.join(scratch, "stop")
         job = subprocess.Popen([HOROVODRUN, "--gloo", "-np", str(num_workers), "-H", f"localhost:{num_workers}",
@@ -236,7 +232,7 @@ def compute_beside(args, num_workers, period, dense_bytes):
             log.seek(0)
             tail = "\n".join(log.read().strip().splitlines()[-15:])
             raise SystemExit(f"bench: the allreduce beside the compute failed (exit {job.returncode}):\n{tail}")
-    return seconds
+    return period, names, seconds
 
 
 def machine_of_tasks(addresses, workers, servers):
