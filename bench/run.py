@@ -12,6 +12,7 @@ A run whose point estimate says it would take longer than --max_run_seconds is s
 """
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -241,14 +242,6 @@ def machine_of_tasks(addresses, workers, servers):
             **{f"ps{p}": index[a] for p, a in enumerate(servers)}}
 
 
-def estimate_costs(measured, workers):
-    """The costs of the lower, point and upper estimates of a run of `workers` ranks on the emulated cluster,
-    whose machines all share this machine's cores."""
-    def costs(quantile):
-        return traffic.Costs.measured(measured, workers, shared_cores=CORES, quantile=quantile)
-    return {"lower": costs("p16"), "point": costs("median"), "upper": dataclasses.replace(costs("p84"), serial=True)}
-
-
 def model_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 beside_seconds, alone_seconds, trace):
     """The traffic model's bytes per machine ([(sent, received)]) and the model's terms (record fields,
@@ -257,7 +250,10 @@ def model_terms(args, architecture, variables, rows, num_workers, num_ps, machin
     at its slow end, and adds what communication beside the compute took from it (`beside_seconds`); the point is
     the longer of the W workers computing at once and one worker's own path (its compute alone, slowed by its
     share of that interference, then what of the network `trace` says its compute does not hide), at the median."""
-    costs = estimate_costs(args.measured_costs, num_workers)
+    # the emulated machines all share this machine's cores; the link's fast end, median and slow end
+    measured = functools.partial(traffic.Costs.measured, args.measured_costs, num_workers, shared_cores=CORES)
+    costs = {"lower": measured(quantile="p16"), "point": measured(quantile="median"),
+             "upper": dataclasses.replace(measured(quantile="p84"), serial=True)}
     def protocol_cpu(architecture):
         return traffic.protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of,
                                             partitions, costs=costs["upper"])
@@ -273,7 +269,8 @@ def model_terms(args, architecture, variables, rows, num_workers, num_ps, machin
     predicted, point_network, update = network("point", compute_seconds=own_compute, needed=trace["needed"],
                                                ready=trace["ready"])
     lower_network, upper_network = network("lower", overlap_phases=True)[1], network("upper")[1]
-    background = traffic.background_seconds(architecture, own_compute, num_workers, costs["point"])
+    # Horovod's background threads each take their share of a core all the time
+    background = 0.0 if architecture == "ps" else own_compute * num_workers * costs["point"].background_share / CORES
     path = own_compute + background + update + point_network
     lower_compute = alone_seconds * max(1.0, num_workers / CORES)
     lower = max(lower_compute + update, lower_network)

@@ -10,6 +10,7 @@ of the link and the protocol, plus each message's fixed cost.
     predict("hybrid", variables, rows, num_workers, num_ps, machine_of, bytes_per_second, costs=Costs())
                           # ([(sent, received)] per machine, network seconds, update CPU seconds) per step
 """
+import collections
 import dataclasses
 import functools
 
@@ -87,17 +88,17 @@ def touched_rows(model, config, args, variables, num_workers, sample_steps):
     return Rows(found)
 
 
-def parts(variable, partitions, strategy="mod"):
-    """The rows of each part of a sparse variable, as ranges (part_rows: round robin or contiguous); a dense
+def parts(variable, partitions):
+    """The rows of each part of a sparse variable, as ranges (round robin, as the bench runs them); a dense
     variable is one part."""
-    return part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, strategy)
+    return part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, "mod")
 
 
-def _placed(architecture, variables, num_ps, partitions, strategy="mod"):
+def _placed(architecture, variables, num_ps, partitions):
     """[(variable, rows, server)] of every part on the parameter servers, placed as the runners place them."""
     greedy = placement.GreedyBySize(num_ps)
     return [(v, rows, greedy.add(len(rows) * v.row_bytes)) for v in variables
-            if architecture == "ps" or v.kind == "sparse" for rows in parts(v, partitions, strategy)]
+            if architecture == "ps" or v.kind == "sparse" for rows in parts(v, partitions)]
 
 
 def _count(indices, rows):
@@ -129,8 +130,7 @@ def _ring_allgather(chunks):
             for r in range(n)]
 
 
-def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None,
-          strategy="mod", only=None):
+def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None, only=None):
     """[(from task, to task, bytes, phase, operation)] of one step (`step_rows`: one of Rows.steps), for:
 
     ps               run_tf.py: every variable on the parameter servers; each worker pulls the dense variables
@@ -160,7 +160,7 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     if architecture in ("hybrid", "hybrid-local"):
         found += _ring(num_workers, sum(v.bytes for v in dense if v.name in wanted))
     groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
-    for v, rows, p in (part for part in _placed(architecture, variables, num_ps, partitions, strategy)
+    for v, rows, p in (part for part in _placed(architecture, variables, num_ps, partitions)
                        if part[0].name in wanted):
         ps = f"ps{p}"
         for w in range(num_workers):
@@ -238,16 +238,14 @@ class Costs:
         measured with the rank count nearest `workers`."""
         protocols, rows = costs["protocols"], costs["rows"]
         grpc = [protocols["grpc"][operation] for operation in ("pull", "push")]
-        rates, cpu = ({"grpc": min(op["bytes_per_second"] for op in grpc)},
-                      {"grpc": max(op["cpu_seconds_per_byte"] for op in grpc)})
-        messages = {"grpc": protocols["grpc"]["message_seconds"]}
-        for name in ("gloo", "mpi", "mpi-local"):
-            if name in protocols:
-                for operation in COLLECTIVES:
-                    fitted = protocols[name][operation]
-                    rates[f"{name} {operation}"] = fitted["bytes_per_second"]
-                    cpu[f"{name} {operation}"] = fitted["cpu_seconds_per_byte"]
-                    messages[f"{name} {operation}"] = fitted["fixed_seconds"]
+        fitted = {f"{name} {operation}": protocols[name][operation] for name in ("gloo", "mpi", "mpi-local")
+                  if name in protocols for operation in COLLECTIVES}
+        rates = {"grpc": min(op["bytes_per_second"] for op in grpc),
+                 **{transport: fit["bytes_per_second"] for transport, fit in fitted.items()}}
+        cpu = {"grpc": max(op["cpu_seconds_per_byte"] for op in grpc),
+               **{transport: fit["cpu_seconds_per_byte"] for transport, fit in fitted.items()}}
+        messages = {"grpc": protocols["grpc"]["message_seconds"],
+                    **{transport: fit["fixed_seconds"] for transport, fit in fitted.items()}}
         # each transport's share from the rank count nearest `workers` that has it (ties: the fewer)
         by_ranks = sorted(costs["shaped_link"]["payload_shares"].items(), reverse=True,
                           key=lambda item: (abs(int(item[0]) - workers), int(item[0])))
@@ -275,7 +273,7 @@ def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()
     the slower of its share of the link and its protocol's rate, plus a message's cost; flows within a machine
     are free unless costs.local_transports names a transport there. With costs.shared_cores (the emulated
     cluster), no less than the flows' protocol CPU over the cores plus their messages in turn, nor the longest."""
-    busiest, local, cpu, messages, longest = {}, {}, 0.0, 0.0, 0.0
+    busiest, local, cpu, messages, longest = collections.Counter(), collections.Counter(), 0.0, 0.0, 0.0
     for source, destination, size, flow_phase, operation in step_flows:
         if phase not in (None, flow_phase):
             continue
@@ -286,15 +284,14 @@ def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()
         longest = max(longest, costs.protocol_seconds(transport, size))
         if machine_of[source] == machine_of[destination]:
             if transport in costs.local_transports:
-                local[source] = local.get(source, 0.0) + costs.protocol_seconds(
-                    costs.local_transports[transport], size)
+                local[source] += costs.protocol_seconds(costs.local_transports[transport], size)
             continue
         rates = (bytes_per_second * costs.payload_shares.get(transport, 1.0),
                  costs.rates.get(transport, float("inf")))
         seconds = (sum(size / rate for rate in rates) if costs.serial else size / min(rates)) + \
             costs.message_seconds.get(transport, 0.0)
-        for direction in (("sent", machine_of[source]), ("received", machine_of[destination])):
-            busiest[direction] = busiest.get(direction, 0.0) + seconds
+        busiest["sent", machine_of[source]] += seconds
+        busiest["received", machine_of[destination]] += seconds
     shared = max(messages + cpu / costs.shared_cores, longest) if costs.shared_cores else 0.0
     return max(max(busiest.values(), default=0.0), max(local.values(), default=0.0), shared)
 
@@ -319,14 +316,6 @@ def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
     order = sorted(names, key=ready.get)
     end = max(ready[name] * compute_seconds + exchange_seconds_of(order[i:]) for i, name in enumerate(order))
     return max(end - compute_seconds, 0.0)
-
-
-def background_seconds(architecture, compute_seconds, num_workers, costs=Costs()):
-    """What Horovod's background threads, each taking its share of a core all the time, take from the compute
-    on costs.shared_cores cores (the emulated cluster); zero for parameter servers' workers."""
-    if architecture == "ps" or not costs.shared_cores:
-        return 0.0
-    return compute_seconds * num_workers * costs.background_share / costs.shared_cores
 
 
 def protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of, partitions=1, costs=Costs()):
@@ -355,28 +344,27 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     sparse = [v for v in variables if v.kind == "sparse"]
     dense_bytes = sum(v.bytes for v in variables if v.kind == "dense")
 
-    def row_bytes(v, w):
-        return len(step_rows[w][v.name][1]) * v.row_bytes
-    own_rows = sum(row_bytes(v, 0) for v in sparse)
-    own = 0.0 if costs.accelerated_workers else costs.work(own_rows, own_rows, dense_applied=dense_bytes)
+    def sent(v, workers):  # the distinct rows of v each of `workers` sends
+        return [step_rows[w][v.name][1] for w in workers]
+
+    def sent_bytes(workers):
+        return sum(len(rows) * v.row_bytes for v in sparse for rows in sent(v, workers))
+    own = 0.0 if costs.accelerated_workers else costs.work(sent_bytes([0]), sent_bytes([0]), dense_applied=dense_bytes)
     if architecture in ("allreduce", "allreduce-dense") and costs.accelerated_workers:
         return 0.0
     if architecture == "allreduce-dense":  # added in the collective, then every table updated whole
         tables = sum(v.bytes for v in sparse) * sum(costs.row_seconds_per_byte.get(name, 0.0)
                                                     for name in ("densify", "apply_dense"))
         return max(tables + costs.work(0, 0, dense_applied=dense_bytes) - own, 0.0)
-    if architecture == "allreduce":
-        union = sum(len(np.unique(np.concatenate([step_rows[w][v.name][1] for w in range(num_workers)])))
-                    * v.row_bytes for v in sparse)
-        busiest = costs.work(sum(row_bytes(v, w) for v in sparse for w in range(num_workers)), union,
-                             dense_applied=dense_bytes)
-        return max(busiest - own, 0.0)
+    everyone = range(num_workers)
+    if architecture == "allreduce":  # every worker deduplicates and applies every worker's rows
+        union = sum(len(np.unique(np.concatenate(sent(v, everyone)))) * v.row_bytes for v in sparse)
+        return max(costs.work(sent_bytes(everyone), union, dense_applied=dense_bytes) - own, 0.0)
     if architecture == "hybrid-local":  # a machine's first worker sends the union of its machine's rows
-        local = max(costs.work(sum(row_bytes(v, w) for v in sparse for w in group), 0) for group in machine_groups)
-        pushed = {v.name: [np.unique(np.concatenate([step_rows[w][v.name][1] for w in group]))
-                           for group in machine_groups] for v in sparse}
+        local = max(costs.work(sent_bytes(group), 0) for group in machine_groups)
+        pushed = {v.name: [np.unique(np.concatenate(sent(v, group))) for group in machine_groups] for v in sparse}
     else:  # every worker sends its rows as they are
-        local, pushed = 0.0, {v.name: [step_rows[w][v.name][1] for w in range(num_workers)] for v in sparse}
+        local, pushed = 0.0, {v.name: sent(v, everyone) for v in sparse}
     # the busiest server adds the workers' dense gradients, deduplicates and applies the rows of its parts
     per_server = [[] for _ in range(num_ps)]
     for v, rows, p in _placed(architecture, variables, num_ps, partitions):
@@ -397,20 +385,16 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
     groups = machine_groups(machine_of, num_workers)
     steps = rows.steps or [None]
 
-    def step_flows(step, only=None):
-        return flows(architecture, variables, step, num_workers, num_ps, partitions, groups, only=only)
-
-    def seconds(step, found, phase, only):
-        return phase_seconds(found if only is None else step_flows(step, only), phase, machine_of, bytes_per_second,
-                             costs)
+    def seconds(step, phase, only=None):
+        return phase_seconds(flows(architecture, variables, step, num_workers, num_ps, partitions, groups, only),
+                             phase, machine_of, bytes_per_second, costs)
     names, per_machine, network = [v.name for v in variables], [], []
     for step in steps:
-        found = step_flows(step)
-        per_machine.append(link_bytes(found, machine_of))
-        network.append(seconds(step, found, None, None) if overlap_phases else
-                       pull_before_compute(functools.partial(seconds, step, found, PULL), names, needed,
-                                           compute_seconds)
-                       + exchange_after_compute(functools.partial(seconds, step, found, EXCHANGE), names, ready,
+        per_machine.append(link_bytes(flows(architecture, variables, step, num_workers, num_ps, partitions, groups),
+                                      machine_of))
+        network.append(seconds(step, None) if overlap_phases else
+                       pull_before_compute(functools.partial(seconds, step, PULL), names, needed, compute_seconds)
+                       + exchange_after_compute(functools.partial(seconds, step, EXCHANGE), names, ready,
                                                 compute_seconds))
     update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, costs, groups)
               for step in steps]
