@@ -3,8 +3,7 @@
     python run.py --model=lstm --config=small --steps=300
     python run.py --emulate_workers=2      # the bit-for-bit reference of a synchronous 2-worker run
 
-With --emulate_workers=W each step computes the gradients of W shards of the global batch (worker r's rows)
-and combines them as a synchronous W-worker run does (update.average_worker_gradients).
+--emulate_workers=W computes each step as W workers' shards of the batch, combined as a synchronous run does.
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
@@ -17,8 +16,7 @@ import tensorflow as tf
 
 
 def reference_step(model, config, seed, feed, num_workers):
-    """One training step computed as `num_workers` workers' shards of the global batch: (params, kinds of
-    gradient, objective, final state, global gradient norm, train op)."""
+    """One step as `num_workers` shards: (params, gradient kinds, objective, final state, global norm, train op)."""
     params = Params(model, config, seed)
     objectives, final_states, gradients = [], [], []
     for r in range(num_workers):  # worker r's forward and backward pass, on its rows only

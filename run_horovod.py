@@ -3,10 +3,8 @@
     make run-horovod WORKERS=2
     horovodrun --gloo -np 2 -H localhost:2 --network-interface lo python run_horovod.py --config=small
 
-It is run.py with the lines marked "Horovod:" changed: each worker trains its own rows of the global batch,
-starts from rank 0's variables, averages its gradients with the others' before the shared update rule, and
-only rank 0 records results and writes the checkpoint. A sparse gradient goes through Horovod's sparse path
-(an allgather of its rows) unless --sparse_as_dense densifies it for an allreduce.
+It is run.py with the lines marked "Horovod:" changed; only rank 0 records results and writes the checkpoint. A
+sparse gradient is allgathered unless --sparse_as_dense densifies it for an allreduce (docs/architecture.md).
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
@@ -78,8 +76,8 @@ def main():
 
 
 class HorovodState:
-    """Horovod: the state the workers carry, gathered in rank order (row order) for rank 0's checkpoints, and
-    rank 0's step and rows of it handed to every worker on resume."""
+    """Horovod: the workers' carried state, gathered in rank (row) order for rank 0's checkpoints, and on resume
+    rank 0's step and rows of it handed to every worker."""
 
     def __init__(self, state_shape, batch_size):
         self.stateful = state_shape is not None

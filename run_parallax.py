@@ -1,13 +1,8 @@
-"""Parallax's hybrid architecture: sparse variables on parameter servers, dense variables replicated on the
-workers and averaged by allreduce (Kim et al., "Parallax: Sparsity-aware Data Parallel Training of Deep
-Neural Networks", EuroSys 2019, arXiv:1808.02621).
+"""Parallax's hybrid architecture (arXiv:1808.02621), rebuilt on TensorFlow and Horovod: a variable whose gradient is
+tf.IndexedSlices lives on the parameter servers (in --partitions parts); every other is replicated on the workers
+and allreduced. It is run.py with the lines marked "Parallax:" changed (docs/architecture.md).
 
     make run-parallax WORKERS=2 PS=1
-
-Parallax itself cannot be installed on a current Python (docs/setup.md), so this rebuilds its architecture on
-TensorFlow's distributed runtime and Horovod; it does not run Parallax's code. It is run.py with the lines
-marked "Parallax:" changed: a variable whose gradient is tf.IndexedSlices is sparse and lives on the parameter
-servers (in --partitions parts); every other is replicated and allreduced. The step is harness/hybrid.py's.
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads

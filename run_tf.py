@@ -1,14 +1,12 @@
 """Parameter-server training on TensorFlow's distributed runtime: between-graph replication, variables on
-parameter-server tasks, every worker its own process and client, real gRPC servers.
+parameter-server tasks, every worker its own process and client.
 
     make run-tf WORKERS=2 PS=1                        # every task on this machine
     python run_tf.py --job_name=ps --task_index=0 --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222
     python run_tf.py --job_name=worker --task_index=0 --ps_hosts=h0:2222 --worker_hosts=h1:2222,h2:2222
 
-It is run.py with the lines marked "PS:" changed. Variables live on the parameter servers, spread by size;
-sparse ones may be split into --partitions parts. Each worker trains its rows of the global batch. A step
-(harness/ps_steps.py) is synchronous (the chief averages exactly one gradient per worker, in worker order),
-asynchronous (--sync=false), or TensorFlow's SyncReplicasOptimizer (--sync_replicas; not exact).
+It is run.py with the lines marked "PS:" changed. A step is synchronous (exact), asynchronous (--sync=false) or
+TensorFlow's SyncReplicasOptimizer (--sync_replicas; not exact): docs/architecture.md explains each.
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads

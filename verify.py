@@ -2,20 +2,10 @@
 
     python verify.py --config=small --steps=60 --workers=2 --ps=1
 
-Trains with one seed and config the reference (run.py --emulate_workers=W), the parameter servers
-synchronously (run_tf.py), Horovod with and without --sparse_as_dense (run_horovod.py), the hybrid
-(run_parallax.py) without and with --local_aggregation, and, as a row expected to differ, the asynchronous
-parameter servers. Compares every checkpoint with the reference's and every synchronous one with every other
-(checkpoints_compare), prints a table and writes <results_dir>/verify.json (docs/outputs.md).
-
-With up to 2 workers every synchronous run must be IDENTICAL to the reference, bit for bit: each reduction of
-two workers' gradients is one commutative addition. With more, Horovod's ring adds in its own order, so runs
-that allreduce must be within tolerance (--rtol, --atol; default the model's TOLERANCE); --match overrides.
---faults kills a task of a run mid-way and resumes it (make verify FAULTS=1); it must still match.
---runner_args "parallax=--average_sparse=false" is a negative control: it must fail, naming the variables.
-
-Exit status 0 only when every synchronous run passes; 1 when one does not, a run fails or its loss or
-parameters are not finite; 2 on bad input, found before the first run starts.
+Trains the reference (run.py --emulate_workers=W) and every distributed run with one seed, compares their
+checkpoints, prints a table and writes <results_dir>/verify.json. With up to 2 workers every synchronous run must
+be identical to the reference, bit for bit; with more, within tolerance. Exit status 0 passed, 1 failed, 2 bad
+input. docs/architecture.md, "What make verify shows, and why", explains it.
 """
 import harness.determinism  # first: the models verify loads to check flags import TensorFlow
 import math
@@ -111,8 +101,7 @@ def checked_runs(runs, runner_args):
 
 
 def fault_plan(args, name):
-    """(checkpoint interval, the step after which the fault run's task is killed): a step drawn from the seed
-    that is not a checkpoint's, after the first checkpoint."""
+    """(checkpoint interval, kill step): a step drawn from the seed, after the first checkpoint and not at one."""
     save_every = max(2, args.steps // 3)
     step = int(np.random.default_rng([args.seed, experiments.FAULTED.index(name)]).integers(save_every + 1,
                                                                                            args.steps))
@@ -120,8 +109,7 @@ def fault_plan(args, name):
 
 
 def command(args, name, resume=False):
-    """The command of run `name`; for a fault run, the one that kills its task, or with `resume` the one that
-    resumes it."""
+    """The command of run `name`; for a fault run, the one that kills its task (with `resume`, resumes it)."""
     run = RUNS[name]
     shared = [*flags.passed_on(args, flags.RUN_FLAGS + ("results_dir", "log_every")), f"--run_name=verify-{name}",
               f"--ckpt_dir={os.path.join(args.ckpt_dir, name)}", *run.flags, *args.runner_args.get(name, [])]
@@ -145,7 +133,7 @@ def command(args, name, resume=False):
 
 
 def check_run_flags(args, name):
-    """Parses the flags `name`'s command will be given, as its runner will: bad input is a UsageError now."""
+    """Parse the flags `name`'s command will get, as its runner will: bad input is a UsageError now."""
     argv = command(args, name)
     try:
         if not RUNS[name].architecture:
@@ -161,7 +149,7 @@ class RunFailed(Exception):
 
 
 def train(args, name):
-    """Runs `name` and returns what verify records of it, checked to be this run's and finite."""
+    """Run `name` and return what verify records of it, checked to be this run's and finite."""
     argv = command(args, name)
     summary_path = results.summary_path(args.results_dir, f"verify-{name}")
     if os.path.exists(summary_path):  # the chief removes it too, unless --runner_args sent its outputs elsewhere

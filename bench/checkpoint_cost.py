@@ -1,11 +1,9 @@
 """What periodic checkpoints cost: run.py with --save_every against run.py without, in turn on one core
-(bench/pinned.py). The figure is the ratio of their aggregate words/sec (the saves are inside the measured
-steps' seconds: a median per step would hide them), with each save's size and time as run.py prints them.
+(bench/pinned.py). The figure is the ratio of their aggregate words/sec (a per-step median would hide the saves),
+with each save's size and time. Writes <results_dir>/bench-checkpoint-cost-<config>.json.
 
     python -m bench.checkpoint_cost --config=small --steps=300 --warmup_steps=50 --save_every=50 --rounds=2
     python -m bench.checkpoint_cost --config=lm1b --steps=12 --warmup_steps=2 --save_every=5 --rounds=1
-
-Writes <results_dir>/bench-checkpoint-cost-<config>.json.
 """
 import os
 import re

@@ -1,14 +1,10 @@
-"""What the traffic model's bytes leave out, measured on this machine with the real engines: each protocol's
-fixed cost per message, its rate where the link does not limit it and its payload's share of a shaped link,
-and the CPU time per byte of the sparse rows' work. bench/traffic.py's model is built from them (docs/bench.md,
-"The model"); make bench measures them once per machine and software. Needs root (network namespaces).
+"""Measure on this machine what the traffic model's bytes leave out: each protocol's fixed cost per message, its
+rate and its payload's share of a shaped link, and the CPU time per byte of the sparse rows' work. Needs root.
 
     python -m bench.costs            # measure, print the table, write results/bench-costs.json
     python -m bench.costs --quick    # small sizes and few repeats: seconds, for the tests
 
-Protocols (bench/protocol_probe.py): grpc (a pull and a push between a worker and a parameter server) and gloo
-(Horovod's allreduce and allgather), between two machines of an emulated cluster; mpi (over TCP) and
-mpi-local (through shared memory), two ranks under mpirun on this machine. Rows: on one core, in this process.
+docs/bench.md ("What it costs beyond bytes") explains each measurement.
 """
 import contextlib
 import io
@@ -47,10 +43,8 @@ def quantiles(seconds):
 
 
 def fit(timings):
-    """seconds = fixed + bytes / rate through the medians of the smallest and the largest size of `timings`.
-
-    Two points, not least squares, which the largest sizes would dominate. With two ranks an allreduce puts its
-    tensor's size on the wire (2 (N-1)/N of it) as an allgather does: the size is the wire bytes of every probe."""
+    """Fit seconds = fixed + bytes / rate through the medians of the smallest and the largest size of `timings`:
+    two points, not least squares, which the largest sizes would dominate. At two ranks a size is its wire bytes."""
     points = sorted(({"size": int(size), **quantiles(seconds)} for size, seconds in timings.items()),
                     key=lambda p: p["size"])
     small, large = points[0], points[-1]
@@ -61,7 +55,7 @@ def fit(timings):
 
 
 def run_probe(probe_tasks, starter, timings_file):
-    """Runs the probe's tasks and returns the timings rank 0 wrote; their output is shown only if one fails."""
+    """Run the probe's tasks and return the timings rank 0 wrote; their output is shown only if one fails."""
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         status = tasks.run_tasks(probe_tasks, starter)
@@ -84,7 +78,7 @@ def timings_file(args, probe):
 
 
 def measure_grpc_and_gloo(args, link=None, sizes=None):
-    """gRPC and Gloo between the two machines of an emulated cluster whose link is `link` (None: unshaped)."""
+    """Time gRPC and Gloo between the two machines of an emulated cluster linked at `link` (None: unshaped)."""
     with netns.EmulatedCluster(2, link) as cluster:
         cluster.join_switch()  # Horovod's rendezvous, in this process, must be reachable from the machines
         starter = netns.NetnsProcess(cluster)
@@ -98,7 +92,7 @@ def measure_grpc_and_gloo(args, link=None, sizes=None):
 
 
 def measure_gloo(args, cluster, sizes=None):
-    """Gloo's collectives of one rank a machine of `cluster` (its switch joined)."""
+    """Time Gloo's collectives, one rank a machine of `cluster` (its switch joined)."""
     starter = netns.NetnsProcess(cluster)
     environments, stop_rendezvous = launch.horovod_environments(cluster.addresses, netns.INTERFACE)
     try:
@@ -110,20 +104,19 @@ def measure_gloo(args, cluster, sizes=None):
 
 
 def measure_shaped_gloo(args, ranks, link):
-    """Gloo's collectives of `ranks` ranks, one a machine, over links shaped at `link`."""
+    """Time Gloo's collectives of `ranks` ranks, one a machine, over links shaped at `link`."""
     with netns.EmulatedCluster(ranks, link) as cluster:
         cluster.join_switch()
         return measure_gloo(args, cluster, SHAPED_SIZES)
 
 
-# MPI's transports: between machines over TCP (as Parallax's mpirun ran it: -mca btl_tcp_if_include), and
-# between the ranks of one machine through shared memory (its default within a node, vader).
+# MPI's transports: TCP between machines (as Parallax's mpirun ran it), shared memory (vader) within one.
 MPI_TRANSPORTS = {"mpi": ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"],
                   "mpi-local": ["--mca", "btl", "vader,self"]}
 
 
 def measure_mpi(args, transport):
-    """Horovod's MPI operations between two ranks on this machine, over `transport` (MPI_TRANSPORTS)."""
+    """Time Horovod's MPI operations between two ranks on this machine, over `transport` (MPI_TRANSPORTS)."""
     command = mpirun.command(["127.0.0.1", "127.0.0.1"], [sys.executable, PROBE, *probe_flags(args, "collective")])
     command[1:1] = [*MPI_TRANSPORTS[transport], "-x", "HOROVOD_CPU_OPERATIONS=MPI", "-x",
                     f"PYTHONPATH={harness.REPO}"]
@@ -131,16 +124,14 @@ def measure_mpi(args, transport):
 
 
 def fit_with_cpu(timings, operation, ranks):
-    """fit() of `operation`, with the machine's CPU seconds per byte each of `ranks` ranks sent at the largest
-    size."""
+    """fit() of `operation`, with the CPU seconds per byte each of `ranks` ranks sent at the largest size."""
     fitted = fit(timings[operation])
     largest = max(int(size) for size in timings[operation])
     return {**fitted, "cpu_seconds_per_byte": timings["cpu_seconds"][operation] / (ranks * largest)}
 
 
 def protocols(grpc, collectives):
-    """The protocols fitted to the unshaped probes; gRPC's cost of a message is the slope of a pull of many
-    small tensors in one run against one."""
+    """Fit the protocols to the unshaped probes; gRPC's cost per message is a pull of many small tensors vs one."""
     (one_size, one), = grpc["pull_one_small"].items()
     (many_size, many), = grpc["pull_many_small"].items()
     tensors = int(many_size) // int(one_size)
@@ -153,11 +144,8 @@ def protocols(grpc, collectives):
 
 
 def payload_shares(timings, link, ranks):
-    """{transport: {quantile: share}}: the rate each carries a rank's bytes at over `link` (p16, median, p84
-    time less its fixed cost: the link's fast end, middle and slow end), over the link's rate.
-
-    gRPC is timed as a pull and a push at once: every run loads both directions of its links, and the
-    acknowledgements of what a machine receives share what it sends."""
+    """{transport: {p16, median, p84: share}}: the rate each carries a rank's bytes over `link`, over its rate.
+    gRPC is a pull and a push at once: in a run, acknowledgements of what a machine receives share its sending."""
     sent = {"grpc": 1.0, "gloo allreduce": 2 * (ranks - 1) / ranks, "gloo allgather": ranks - 1}
     shares = {}
     for name, measured in timings.items():
@@ -173,9 +161,7 @@ def gloo_timings(gloo):
 
 
 def measure_rows(args):
-    """CPU seconds per byte on one core: per byte of rows, to deduplicate a Zipf-distributed sparse gradient,
-    apply its distinct rows with Adagrad (lm1b's rule) and add dense gradients; per byte of a table, to densify
-    the gradient into it (--sparse_as_dense) and apply a dense gradient to all of it."""
+    """CPU seconds per byte, on one core, of each of the sparse rows' operations docs/bench.md lists."""
     rows, vocab = (20_000, 100_000) if not args.quick else (2_000, 10_000)
     rng = np.random.default_rng(args.seed)
     indices = np.minimum(rng.zipf(1.2, rows) - 1, vocab - 1).astype(np.int32)
@@ -207,8 +193,7 @@ def measure_rows(args):
 
 
 def measure(args):
-    """The record: the protocols fitted on unshaped links, their payload's shares of links shaped at SHAPED
-    (Gloo's at each of SHAPED_RANKS), and the rows' costs on one core."""
+    """The record: protocols fitted on unshaped links, payload shares on links shaped at SHAPED, the rows' costs."""
     cpus = os.sched_getaffinity(0)
     grpc, gloo = measure_grpc_and_gloo(args)
     shaped = netns.Link.parse(SHAPED)
@@ -228,8 +213,7 @@ def measure(args):
 
 
 def load(results_dir):
-    """The costs measured on this machine with its software (results/bench-costs.json), or None, also for a
-    record of another FORMAT."""
+    """The costs measured on this machine with its software and this FORMAT (results/bench-costs.json), or None."""
     path = os.path.join(results_dir, COSTS)
     if not os.path.exists(path):
         return None

@@ -1,16 +1,12 @@
-"""Where the hybrid overtakes allgather (python -m bench.run --crossover, docs/bench.md): the smallest W of the
-sweep at which the hybrid trains more words/sec, measured (the runs' medians) and predicted (their point estimates).
-
-Allgather's bytes on each link grow with W; the hybrid's stay near twice one worker's rows.
-"""
+"""Where the hybrid overtakes allgather (python -m bench.run --crossover): the smallest W at which it trains faster,
+measured and predicted. docs/bench.md, "The crossover sweep", explains why there is one."""
 import statistics
 
 ALLGATHER, HYBRID = "horovod", "parallax"
 
 
 def points(runs):
-    """{runner: {W: (measured words/sec, the model's)}}, each the median over a W's runs, from (runner, W,
-    measured, the model's words/sec) of every run."""
+    """{runner: {W: (measured, predicted words/sec)}}, the medians over each W's (runner, W, measured, predicted)."""
     grouped = {}
     for runner, w, measured, model in runs:
         grouped.setdefault(runner, {}).setdefault(w, []).append((measured, model))
@@ -20,8 +16,7 @@ def points(runs):
 
 
 def runs_of(records):
-    """points()'s input from bench.jsonl's measured records: the model's words/sec is words per step over the
-    point estimate."""
+    """points()'s input from bench.jsonl's measured records (predicted: words per step over the point estimate)."""
     return [(r["runner"], r["workers"], r["throughput"]["median"], r["words_per_step"] / r["point_seconds"])
             for r in records if "skipped" not in r]
 
@@ -33,8 +28,7 @@ def ratios(hybrid, allgather):
 
 
 def crossover(ratios_at, which):
-    """The smallest W at which the hybrid is faster (ratio above 1), by the measured (which=1) or predicted
-    (which=2) ratio; None if it never is in the sweep."""
+    """The smallest W whose hybrid/allgather ratio, measured (which=1) or predicted (which=2), exceeds 1, or None."""
     return next((row[0] for row in ratios_at if row[which] > 1), None)
 
 

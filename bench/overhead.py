@@ -1,11 +1,9 @@
-"""make bench-overhead: what the harness costs, as words/sec of run.py against bench/bare_loop.py (the same graph
-in a loop with nothing around it), each round both in turn on one core (bench/pinned.py).
+"""make bench-overhead: what the harness costs, as run.py's words/sec over bench/bare_loop.py's (the same graph in
+a bare loop), both in turn on one core each round. Writes <results_dir>/bench-overhead.json; exits 0 when the
+median ratio over the rounds reaches --target, else 1.
 
     python -m bench.overhead --config=small --steps=300 --warmup_steps=50 --rounds=4
-
-Writes <results_dir>/bench-overhead.json. The figure is the median over rounds of
-(run.py median words/sec) / (bare loop median words/sec); exit status 0 when it reaches --target (0.97), 1 when
-it does not."""
+"""
 import json
 import os
 import statistics

@@ -1,5 +1,4 @@
-"""Paired timing on a noisy machine whose cores differ in speed: the two programs run in turn on the same core,
-and the one that goes first alternates from round to round, so that a drift of the load favours neither."""
+"""Paired timing on a noisy machine: programs take turns on one core, the first alternating, so drift favours none."""
 import os
 import subprocess
 import sys
@@ -10,8 +9,8 @@ CORE = min(os.sched_getaffinity(0))
 
 
 def in_turn(commands, round_index):
-    """Runs `commands` ({name: python's arguments}) one after another on CORE, in reverse order every other
-    round; returns ({name: its standard output}, the name that went first)."""
+    """Run `commands` ({name: python's arguments}) in turn on CORE, reversed every other round; return
+    ({name: its stdout}, the name that went first)."""
     order = list(commands) if round_index % 2 == 0 else list(commands)[::-1]
     outputs = {}
     for name in order:

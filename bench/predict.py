@@ -1,16 +1,9 @@
-"""Planning past this machine: the traffic model (bench/traffic.py) extrapolated to clusters this machine cannot
-emulate, and held against Parallax's published LM1B figure.
+"""The traffic model extrapolated to clusters this machine cannot emulate, and held against Parallax's published LM1B
+figure; docs/bench.md ("Extrapolation and Parallax's figure") states its assumptions.
 
-    python -m bench.predict                          # this repo's config on 8, 16, 32, 48 machines
-                                                     # (also written to results/bench-predict.jsonl)
+    python -m bench.predict              # this repo's config on 8..48 machines -> results/bench-predict.jsonl
     python -m bench.predict --config=small --net=1gbit --compute_seconds=0.05
-    python -m bench.predict --parallax               # Parallax's LM1B cluster against its README figure
-
-A step: every worker computes its own batch (fixed as machines are added), then in each phase (pull, exchange)
-the busiest link direction moves its bytes at the link's rate; nothing overlaps. Assumed: one parameter server
-per machine, a non-blocking switch, no latency, no per-message cost, no time for the servers' arithmetic. The
-compute time is make bench's run.py measurement (results/bench.jsonl), or --compute_seconds.
-"""
+    python -m bench.predict --parallax   # Parallax's twelve LM1B points -> results/bench-parallax.jsonl"""
 import os
 
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
@@ -21,20 +14,16 @@ import numpy as np
 
 from bench import costs, traffic
 
-# Parallax's LM1B example (snuspl/parallax examples/lm1b) on its README's cluster: 6 TITAN Xp a machine,
-# 100 Gbit/s InfiniBand.
+# Parallax's LM1B example (snuspl/parallax examples/lm1b) on its README's cluster: 6 TITAN Xp a machine, 100 Gbit/s.
 PARALLAX_LM1B = {"vocab": 793_470, "embedding": 512, "lstm": 2048, "projection": 512, "sampled": 8192,
                  "batch_per_gpu": 128, "num_steps": 20, "gpus_per_machine": 6, "partitions": 32, "link": "100gbit"}
 # Its README figure (doc/figure/benchmark.png): LM1B words/sec at 1, 2, 4 and 8 machines, read off the bars.
 PARALLAX_MACHINES = (1, 2, 4, 8)
 PARALLAX_PUBLISHED = {"ps": (88_000, 128_000, 147_000, 101_000), "allreduce": (68_000, 47_000, 43_000, 40_000),
                       "hybrid": (88_000, 150_000, 250_000, 277_000)}
-# How its experiments (run_parallax_exp.py, doc/installation.md, branch exp) moved each operation's tensors:
-# pull and push by RDMA (grpc+verbs), allreduce by NCCL, the sparse allgather by MPI over TCP, each priced as
-# PARALLAX_INPUTS says. The rows travel as gathered, repeats included, as TensorFlow 1 and Horovod sent them.
+# How its experiments (run_parallax_exp.py, doc/installation.md, branch exp) moved each operation's tensors.
 PARALLAX_TRANSPORTS = {"pull": "verbs", "push": "verbs", "allreduce": "nccl", "allgather": "mpi allgather"}
-# The figure's series "Tensorflow-PS", "Horovod" and "Parallax-HYBRID" as the traffic model's architectures.
-# Parallax's hybrid aggregates each machine's sparse gradients first (local_aggregation defaults to True).
+# The figure's series as the traffic model's architectures; Parallax's hybrid aggregates each machine's rows first.
 PARALLAX_ARCHITECTURES = {"ps": "ps", "allreduce": "allreduce", "hybrid": "hybrid-local"}
 # Every input of the prediction and where it comes from; "assumed" where neither they nor we measured it.
 PARALLAX_INPUTS = (
@@ -56,8 +45,7 @@ MACHINES = (8, 16, 32, 48)  # 48: Parallax's largest cluster (8 machines of 6 GP
 
 
 def parallax_lm1b_variables(p):
-    """LM1B's variables by kind: with sampled softmax both big tables (and the softmax bias) get sparse
-    gradients; the LSTM and its projection are dense."""
+    """LM1B's variables by kind: with sampled softmax both big tables (and the softmax bias) get sparse gradients."""
     v, e, h, proj = p["vocab"], p["embedding"], p["lstm"], p["projection"]
     return [traffic.Variable("embedding", (v, e), "sparse"),
             traffic.Variable("lstm/kernel", (e + proj, 4 * h), "dense"),
@@ -77,8 +65,7 @@ def log_uniform_sample(rng, vocab, count):
 
 
 def parallax_lm1b_rows(p, workers, seed=1):
-    """One step's rows per worker on a Zipf corpus (LM1B's vocabulary is sorted by frequency too): the batch's
-    words for the embedding, and its targets and the sampled classes for the softmax, repeats included."""
+    """One step's rows per worker, repeats included, on a Zipf corpus (LM1B's vocabulary is frequency-sorted too)."""
     tokens = data.synthetic_tokens(p["vocab"], seed)
     words = p["batch_per_gpu"] * p["num_steps"]
     rng = np.random.default_rng(seed)
@@ -109,10 +96,8 @@ def repeat_rows(rows, workers):
 
 
 def extrapolate(model, config, args, compute, machine_counts):
-    """bench-predict.jsonl's records: each architecture's predicted words/sec of `config` on each of
-    `machine_counts` machines, one worker and one parameter server a machine.
-
-    Every sparse variable is in one part per server, as Parallax partitions it: else one server carries all rows."""
+    """bench-predict.jsonl's records: each runner's words/sec of `config` on each of `machine_counts` machines, one
+    worker and one server a machine, sparse variables in one part per server (else one server carries all rows)."""
     variables = traffic.model_variables(model, config, args)
     sample = traffic.touched_rows(model, config, args, variables, 1,
                                   range(args.warmup_steps, args.warmup_steps + 48))
@@ -129,7 +114,7 @@ def extrapolate(model, config, args, compute, machine_counts):
 
 
 def write(results_dir, records):
-    """Writes <results_dir>/bench-predict.jsonl whole or not at all (make report reads it); returns its path."""
+    """Write <results_dir>/bench-predict.jsonl whole or not at all (make report reads it); return its path."""
     path = os.path.join(results_dir, results.PREDICTIONS)
     results.write_lines(path, records, "prediction")
     return path
@@ -182,8 +167,8 @@ def parallax_terms(architecture, machines, rows, costs):
 
 
 def parallax(args):
-    """Parallax's twelve published points against the model and the bytes-only model, each with its compute
-    time calibrated on one point (the hybrid at one machine) and every other input as PARALLAX_INPUTS says."""
+    """Parallax's twelve published points against the model and the bytes-only model, each with its compute time
+    calibrated on the hybrid at one machine and every other input as PARALLAX_INPUTS says."""
     measured = costs.load(args.results_dir)
     if not measured:
         raise harness.UsageError(f"no protocol costs of this machine in {args.results_dir}: run python -m "

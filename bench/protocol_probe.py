@@ -1,15 +1,8 @@
-"""One task of bench/costs.py's protocol measurements, started by it on an emulated cluster of two machines (or
-under mpirun), timing the real engines:
-
-    --probe=grpc        worker0 times, over TensorFlow's gRPC runtime, a pull from ps0 and a push to it of each
-                        of --sizes bytes, then both at once, and a pull of --tensors small tensors in one run
-    --probe=collective  every rank times Horovod's allreduce and allgather of each of --sizes bytes (Gloo, or MPI
-                        under mpirun), then the CPU its background thread takes while idle (--idle_seconds)
-    --probe=beside      every rank allreduces --sizes[0] bytes once every --period seconds until --stop_file
-                        exists: the communication bench/run.py measures the compute beside
-
-Worker0 (rank 0) writes --timings_file, {operation: {size: [seconds]}}, with the machine's CPU seconds per run
-of each operation's largest size under "cpu_seconds"; a file because mpirun interleaves its ranks' lines."""
+"""One task of bench/costs.py's protocol measurements on an emulated two-machine cluster (or under mpirun).
+--probe=grpc: worker0 times pulls from and pushes to ps0 over gRPC; --probe=collective: every rank times Horovod's
+allreduce and allgather, then its idle background CPU; --probe=beside: allreduce every --period seconds until
+--stop_file exists. Rank 0 writes --timings_file, {operation: {size: [seconds]}} plus "cpu_seconds" (a file, as
+mpirun interleaves its ranks' lines). docs/bench.md explains the measurements."""
 import os
 import time
 
@@ -43,8 +36,8 @@ def parse_flags():
 
 
 def timed(session, op, repeats):
-    """The seconds of each of `repeats` runs of `op`, after one untimed run, and the CPU seconds this machine's
-    cores spent per timed run (both ends of a transfer: they share this machine)."""
+    """Return the seconds of `repeats` runs of `op` after an untimed one, and the machine's CPU seconds per run
+    (both ends of a transfer share this machine)."""
     session.run(op)
     seconds, cpu = [], machine_cpu_seconds()
     for _ in range(repeats):
@@ -55,16 +48,15 @@ def timed(session, op, repeats):
 
 
 def machine_cpu_seconds():
-    """The CPU seconds this machine's cores have spent busy since it started (/proc/stat: user, nice, system,
-    irq and softirq; a network namespace sees the whole machine's)."""
+    """The CPU seconds this machine's cores have spent busy (/proc/stat; a network namespace sees all of them)."""
     with open("/proc/stat") as stat:
         user, nice, system, _idle, _iowait, irq, softirq = map(int, stat.readline().split()[1:8])
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def timed_with_cpu(session, operations, repeats):
-    """{name: {size: [seconds]}} of every operation, and {name: the machine's CPU seconds per run} of each
-    one's largest size: what one flow of that size costs the cores, both ends together."""
+    """{name: {size: [seconds]}} of every operation, plus "cpu_seconds": {name: the machine's CPU seconds per run
+    of its largest size}."""
     measured = {name: {size: timed(session, op, repeats) for size, op in by_size.items()}
                 for name, by_size in operations.items()}
     return {**{name: {size: seconds for size, (seconds, _) in by_size.items()} for name, by_size in measured.items()},
@@ -76,8 +68,7 @@ def floats(size_bytes):
 
 
 def grpc_operations(args):
-    """{name: {size: op}}: pulls and pushes between worker0 and ps0, both at once (each direction carries one
-    size), and one pull of many small tensors."""
+    """{name: {size: op}}: pulls and pushes between worker0 and ps0, both at once, and one pull of many small ones."""
     ps, worker = "/job:ps/task:0", "/job:worker/task:0"
     operations = {"pull": {}, "push": {}, "pull_and_push": {}}
     for size in args.sizes:
@@ -121,9 +112,8 @@ def grpc_probe(args):
 
 
 def background_share(seconds):
-    """The CPU seconds per second this process takes while its main thread sleeps: with TensorFlow idle, Horovod's
-    background thread's. It coordinates the ranks every cycle whether or not a tensor waits (RunLoopOnce in
-    horovod/common/operations.cc), so a computing worker pays it too."""
+    """The CPU seconds per second Horovod's background thread takes while this process idles: it coordinates the
+    ranks every cycle, tensor or not, so a computing worker pays it too."""
     cpu, wall = time.process_time(), time.perf_counter()
     time.sleep(seconds)
     return (time.process_time() - cpu) / (time.perf_counter() - wall)

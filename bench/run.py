@@ -1,14 +1,10 @@
-"""make bench: the architectures' throughput on an emulated cluster, with the bytes each machine's link carried
-against the traffic model (bench/traffic.py, docs/bench.md).
+"""make bench: each architecture's throughput on an emulated cluster, its bytes against the traffic model.
 
     python -m bench.run --net=100mbit                                         (make bench NET=100mbit)
     python -m bench.run --quick                                               (make bench BENCH=quick)
 
-Sweeps runners x workers x configs x repeats through the launcher: one machine per worker, one parameter server
-per machine (Parallax's setup), each link shaped to --net. Scaling is weak by default: every worker keeps the
-config's batch; with --scaling=strong the W workers share it, as verify's runs do. Each run adds one JSON line
-to <results_dir>/bench.jsonl (docs/outputs.md) and prints a progress line; the end prints a table per config.
-A run whose point estimate says it would take longer than --max_run_seconds is skipped with a line saying why.
+Sweeps runners x workers x configs x repeats, a machine per worker; each run adds a line to
+<results_dir>/bench.jsonl (docs/outputs.md), the end prints a table per config. docs/bench.md explains it.
 """
 import contextlib
 import dataclasses
@@ -119,8 +115,8 @@ def common_flags(args, run_name):
 
 
 def run_quietly(commands, what):
-    """Runs `commands` at once and returns their output; if one fails, stops the others and exits 1 with its
-    last lines. A stopped bench (Ctrl-C, SIGTERM) stops the runs too, so the launcher removes its machines."""
+    """Run `commands` at once and return their output; if one fails, stop the rest and exit with its last lines.
+    Stopping the bench stops the runs too, so that each launcher removes its machines."""
     with contextlib.ExitStack() as files:
         logs = [(files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
                 for _ in commands]
@@ -136,8 +132,7 @@ def run_quietly(commands, what):
 
 
 def _run_together(commands, logs):
-    """Starts `commands`, their output to `logs`, and waits for all or for the first to fail, stopping the
-    rest; returns the processes and the index of the failed one (or None)."""
+    """Run `commands` into `logs` until all end or one fails (the rest stopped); return (processes, failed index)."""
     processes, failed = [], None
     try:
         for command, (out, err) in zip(commands, logs):
@@ -155,8 +150,7 @@ def _run_together(commands, logs):
 
 
 def tasks_peak_resident_bytes(output):
-    """The sum of the peak resident memory each task prints when it ends (the launcher's own left out), or
-    None."""
+    """The sum of the peak resident memory each task prints as it ends (not the launcher's), or None."""
     peaks = [int(m[1].replace(",", "")) * 2**20 for m in re.finditer(PEAK_RESIDENT, output, re.MULTILINE)]
     return sum(peaks) if peaks else None
 
@@ -170,8 +164,7 @@ def run_config(args, num_workers):
 
 
 def one_device(args):
-    """run.py's throughput on one device: its median step time is the compute of one step of the config's
-    batch, and its throughput the base of every speed-up."""
+    """run.py's throughput on one device: the compute of the config's batch, and the base of every speed-up."""
     name = f"bench-{args.config}-one-device"
     run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name), "--emulate_workers=1"]],
                 f"run.py (the compute time of {args.config})")
@@ -179,17 +172,15 @@ def one_device(args):
 
 
 def step_trace(args):
-    """bench/step_trace.py's {"needed": {variable: fraction of the step}, "ready": {...}}: how far the model lets
-    the pull overlap the forward pass and the exchange the backward pass."""
+    """bench.step_trace's {"needed": {variable: fraction of the step}, "ready": {...}}, for the point's overlaps."""
     output = run_quietly([[sys.executable, "-m", "bench.step_trace", *flags.passed_on(args)]],
                          f"bench.step_trace (when {args.config}'s step reads its variables and has its gradients)")
     return next(json.loads(line) for line in output.splitlines() if line.startswith('{"needed"'))
 
 
 def synchronous_compute(args, num_workers, kind="compute"):
-    """(compute seconds of a synchronous step of W workers, the runs' names): W run.py at once on one worker's
-    batch each, per step the slowest (the step waits for its last worker), the median over the timed steps.
-    Measured, not scaled from one device: copies at once run slower than one alone, even a core each."""
+    """(compute seconds of a synchronous W-worker step, the runs' names): the median step of the slowest of W run.py
+    at once on a worker's batch each. Measured, not scaled: copies at once run slower than one alone."""
     batch_size = run_config(args, num_workers).batch_size // num_workers
     names = [f"bench-{args.config}-{kind}-{args.net.rate}-w{num_workers}-{c}" for c in range(num_workers)]
     run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
@@ -203,9 +194,8 @@ def synchronous_compute(args, num_workers, kind="compute"):
 
 
 def compute_terms(args, num_workers, dense_bytes):
-    """(synchronous_compute's seconds, its runs' names, the same seconds with W Horovod ranks beside the copies
-    allreducing `dense_bytes` (every variable, dense) once a compute step: what communication's work on the shared
-    cores takes from the compute)."""
+    """(synchronous_compute's seconds, its runs' names, those seconds beside W Horovod ranks allreducing
+    `dense_bytes` once a compute step): the last shows what communication on the shared cores takes."""
     period, names = synchronous_compute(args, num_workers)
     with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile("w+") as log:
         ready, stop = os.path.join(scratch, "ready"), os.path.join(scratch, "stop")
@@ -244,12 +234,8 @@ def machine_of_tasks(addresses, workers, servers):
 
 def model_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 beside_seconds, alone_seconds, trace):
-    """The traffic model's bytes per machine ([(sent, received)]) and the model's terms (record fields,
-    docs/outputs.md). The lower estimate overlaps everything and shares the cores perfectly (one worker's
-    compute alone, `alone_seconds`, W of them over the cores), at the link's fast end; the upper overlaps nothing,
-    at its slow end, and adds what communication beside the compute took from it (`beside_seconds`); the point is
-    the longer of the W workers computing at once and one worker's own path (its compute alone, slowed by its
-    share of that interference, then what of the network `trace` says its compute does not hide), at the median."""
+    """The traffic model's bytes per machine [(sent, received)] and the step-time terms (fields in docs/outputs.md).
+    docs/bench.md, "The model: an interval and a point", explains the lower, point and upper estimates."""
     # the emulated machines all share this machine's cores; the link's fast end, median and slow end
     measured = functools.partial(traffic.Costs.measured, args.measured_costs, num_workers, shared_cores=CORES)
     costs = {"lower": measured(quantile="p16"), "point": measured(quantile="median"),
@@ -285,7 +271,7 @@ def model_terms(args, architecture, variables, rows, num_workers, num_ps, machin
 
 
 def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, trace):
-    """Runs one combination and returns its bench.jsonl record (or a skip record)."""
+    """Run one combination and return its bench.jsonl record (or a skip record)."""
     run = RUNS[runner]
     architecture, runner_flags = run.architecture, list(run.flags)
     batch_size = run_config(args, num_workers).batch_size
@@ -349,15 +335,13 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
 
 
 def worker_paces(updates_by_worker, from_step, to_step):
-    """Each worker's updates per chief step over the chief's steps from_step + 1 to to_step (an asynchronous
-    run's summary: every worker's count after each chief step)."""
+    """Each worker's updates per chief step from from_step to to_step, from an asynchronous run's updates_by_worker."""
     counts = {entry["after_step"]: entry["counts"] for entry in updates_by_worker}
     return [(end - begin) / (to_step - from_step) for begin, end in zip(counts[from_step], counts[to_step])]
 
 
 def protocol_costs(args):
-    """bench.costs's measurements of this machine (results/bench-costs.json), measured first if there are none
-    for this machine and its software."""
+    """bench.costs's measurements (results/bench-costs.json), measured first if none fit this machine and software."""
     found = costs.load(args.results_dir)
     if not found:
         print("bench: measuring the protocols' costs and the rows' CPU time (python -m bench.costs)", flush=True)
@@ -389,8 +373,7 @@ def progress(i, total, record, started):
 
 
 def table(records):
-    """Per config and link, each runner and W's throughput (median and central 68%, over the repeats), speed-up
-    and efficiency against one device, ratio to the best at that W, bytes measured/predicted, step time/point."""
+    """The end's table: per config and link, each runner and W's throughput, speed-up and fit to the model."""
     groups = {}
     for r in records:
         groups.setdefault((r["config"], r["link"]), []).append(r)
@@ -440,8 +423,7 @@ def median_or_dash(values):
 
 
 def extrapolate(args, prepared):
-    """bench.predict's extrapolation to 8-48 machines, of the sweep's most sparse-heavy config (Parallax's case),
-    with the compute time measured here: results/bench-predict.jsonl, for make report."""
+    """Write bench.predict's extrapolation of the most sparse-heavy config, with the compute measured here."""
     model = models.load(args.model)
     args.config = max(prepared, key=lambda name: traffic.sparse_share(model, name, args))
     compute = prepared[args.config][1]["median_step_seconds"]

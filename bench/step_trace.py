@@ -1,7 +1,6 @@
-"""When run.py's step on one device first reads each variable and when each gradient is ready, as fractions of
-the step (first op's start to last op's end), from TensorFlow's traced step statistics: the median over
---traced_steps steps after the warm-up. The model overlaps the pull and the exchange with the compute by them
-(docs/bench.md). Prints one JSON line:
+"""When run.py's one-device step first reads each variable and when each gradient is ready, as fractions of the
+step, from TensorFlow's step statistics (median over --traced_steps steps after the warm-up); docs/bench.md says
+how the model uses them. Prints one JSON line:
 {"needed": {variable: fraction}, "ready": {variable: fraction}, "traced_step_seconds": median}
 
     python -m bench.step_trace --config=small
@@ -40,8 +39,8 @@ def reader_ops(variables):
 
 
 def fractions(step_stats, ready_ops, readers):
-    """({variable: fraction of the step at which its first reader started}, {variable: fraction at which its
-    gradient's op ended}, the step's seconds)."""
+    """({variable: when its first reader started}, {variable: when its gradient's op ended}, the step's seconds);
+    times are fractions of the step, first op's start to last op's end."""
     nodes = [node for device in step_stats.dev_stats for node in device.node_stats]
     start = min(node.all_start_micros for node in nodes)
     end = max(node.all_start_micros + node.all_end_rel_micros for node in nodes)

@@ -1,15 +1,6 @@
-"""The traffic model: the bytes each machine's link carries per training step under each architecture, from the
-variables' shapes, their gradients' kinds and the rows each step touches (docs/bench.md derives it). A step is
-flows (from task, to task, bytes, phase, operation), in two phases one after the other (pull, then exchange);
-its network time sums each phase's busiest link direction, with measured Costs (bench/costs.py) at the slower
-of the link and the protocol, plus each message's fixed cost.
-
-    variables = model_variables(model, config, args)               # shapes and gradient kinds
-    rows = touched_rows(model, config, args, variables, num_workers, steps)  # what sparse gradients touch
-    flows("hybrid", variables, rows.steps[0], num_workers, num_ps)  # [(from, to, bytes, phase, operation)]
-    predict("hybrid", variables, rows, num_workers, num_ps, machine_of, bytes_per_second, costs=Costs())
-                          # ([(sent, received)] per machine, network seconds, update CPU seconds) per step
-"""
+"""The traffic model: the bytes each machine's link carries per step under each architecture, as flows (from task,
+to task, bytes, phase, operation) in two phases, pull then exchange, and their network and update seconds with the
+Costs bench/costs.py measures. docs/bench.md ("The traffic model", "The model") derives it."""
 import collections
 import dataclasses
 import functools
@@ -58,8 +49,7 @@ def sparse_share(model, config_name, args):
 @dataclasses.dataclass
 class Rows:
     """The rows sparse gradients touch: steps[i][w][v] = (gathered, distinct) indices of sampled step i, worker w
-    and variable v; gathered has one per looked-up position (what the worker pulls), distinct what its
-    deduplicated gradient holds."""
+    and variable v; gathered has one per looked-up position (what the worker pulls)."""
     steps: list
 
 
@@ -89,8 +79,7 @@ def touched_rows(model, config, args, variables, num_workers, sample_steps):
 
 
 def parts(variable, partitions):
-    """The rows of each part of a sparse variable, as ranges (round robin, as the bench runs them); a dense
-    variable is one part."""
+    """The rows of each part of a variable, as ranges: round robin, as the bench runs; a dense variable is one part."""
     return part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, "mod")
 
 
@@ -113,8 +102,7 @@ PULL, EXCHANGE = "pull", "exchange"  # the phases: reading variables; then sendi
 
 
 def _ring(num_workers, chunk_bytes):
-    """Flows of a ring allreduce (reduce-scatter, then allgather) of `chunk_bytes` on every rank: each rank
-    sends 2(N-1)/N of the tensor to the next rank."""
+    """Flows of a ring allreduce of `chunk_bytes` on every rank: each sends 2(N-1)/N of it to the next."""
     if num_workers == 1 or not chunk_bytes:
         return []
     return [(f"worker{r}", f"worker{(r + 1) % num_workers}", 2 * (num_workers - 1) / num_workers * chunk_bytes,
@@ -131,19 +119,9 @@ def _ring_allgather(chunks):
 
 
 def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None, only=None):
-    """[(from task, to task, bytes, phase, operation)] of one step (`step_rows`: one of Rows.steps), for:
-
-    ps               run_tf.py: every variable on the parameter servers; each worker pulls the dense variables
-                     whole and the rows it looks up, and pushes its dense gradients whole and its distinct
-                     sparse rows with their indices (sync and async move the same bytes per worker step)
-    allreduce        run_horovod.py: ring allreduce of the dense gradients, ring allgather of the sparse rows
-    allreduce-dense  run_horovod.py --sparse_as_dense: ring allreduce of every gradient, sparse ones densified
-    hybrid           run_parallax.py: sparse variables on the parameter servers as in ps, dense ones allreduced
-    hybrid-local     run_parallax.py --local_aggregation: as hybrid, but each machine's first worker pushes the
-                     union of its machine's rows (`machine_groups`: the workers of each machine)
-
-    Sparse variables are split into `partitions` parts and placed on the servers as the runners place them.
-    `only`: the variables whose flows are wanted (None: all), placed as among all of them."""
+    """[(from task, to task, bytes, phase, operation)] of one step (`step_rows`: one of Rows.steps) under an
+    ARCHITECTURES entry, as docs/bench.md ("The traffic model") lists them; `machine_groups`: each machine's workers
+    (hybrid-local). `only`: the variables whose flows are wanted (None: all), placed as among all of them."""
     found = []
     wanted = set(only if only is not None else (v.name for v in variables))
     sparse = [v for v in variables if v.kind == "sparse"]
@@ -213,9 +191,8 @@ def transports(collective="gloo"):
 
 @dataclasses.dataclass(frozen=True)
 class Costs:
-    """What a step costs beyond its bytes over the links, as bench/costs.py measures it, per transport ("grpc",
-    "gloo allreduce", ...) and per byte of the rows' work. Costs() is the bytes-only model: every rate
-    infinite, nothing fixed, no CPU work."""
+    """What a step costs beyond its bytes, per transport ("grpc", "gloo allreduce", ...) and per byte of the rows'
+    work, as bench/costs.py measures it. Costs() is the bytes-only model: infinite rates, nothing fixed, no CPU."""
     rates: dict = dataclasses.field(default_factory=dict)  # transport: bytes per second (absent: infinite)
     message_seconds: dict = dataclasses.field(default_factory=dict)  # transport: seconds per message
     # work: CPU seconds per byte to "deduplicate", "apply" and "add" rows; per byte of a table, to "densify" a
@@ -233,9 +210,8 @@ class Costs:
 
     @classmethod
     def measured(cls, costs, workers=2, collective="gloo", shared_cores=0, quantile="median"):
-        """From bench/costs.py's record: gRPC's slower direction, each collective operation's own figures, and
-        the payload's shares of a shaped link at `quantile` ("p16": its fast end, "median", "p84": its slow end),
-        measured with the rank count nearest `workers`."""
+        """From bench/costs.py's record: gRPC's slower direction, each collective's own figures, and the payload's
+        shares of a shaped link at `quantile` ("p16", "median", "p84") with the rank count nearest `workers`."""
         protocols, rows = costs["protocols"], costs["rows"]
         grpc = [protocols["grpc"][operation] for operation in ("pull", "push")]
         fitted = {f"{name} {operation}": protocols[name][operation] for name in ("gloo", "mpi", "mpi-local")
@@ -269,10 +245,8 @@ class Costs:
 
 
 def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()):
-    """The seconds of `phase` of the flows (None: all, as one phase): its busiest link direction's, each flow at
-    the slower of its share of the link and its protocol's rate, plus a message's cost; flows within a machine
-    are free unless costs.local_transports names a transport there. With costs.shared_cores (the emulated
-    cluster), no less than the flows' protocol CPU over the cores plus their messages in turn, nor the longest."""
+    """The seconds of `phase` of the flows (None: all, as one phase), as docs/bench.md ("Network") prices them; flows
+    within a machine are free unless costs.local_transports names a transport there."""
     busiest, local, cpu, messages, longest = collections.Counter(), collections.Counter(), 0.0, 0.0, 0.0
     for source, destination, size, flow_phase, operation in step_flows:
         if phase not in (None, flow_phase):
@@ -297,9 +271,8 @@ def phase_seconds(step_flows, phase, machine_of, bytes_per_second, costs=Costs()
 
 
 def pull_before_compute(pull_seconds_of, names, needed, compute_seconds):
-    """How long the compute waits for the pull, the variables arriving in the order needed and v first read at
-    needed[v] of the compute (bench/step_trace.py); without `needed`, the whole pull.
-    `pull_seconds_of(names)`: the pull's seconds for those variables (None: all)."""
+    """How long the compute waits for the pull (`pull_seconds_of(names)`, None: all), v arriving in the order needed
+    and first read at needed[v] of the compute (bench/step_trace.py); without `needed`, the whole pull."""
     if not needed:
         return pull_seconds_of(None)
     order = sorted(names, key=needed.get)
@@ -308,9 +281,8 @@ def pull_before_compute(pull_seconds_of, names, needed, compute_seconds):
 
 
 def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
-    """How long the exchange goes on after the compute, each gradient leaving in turn once ready, at ready[v] of
-    the compute (bench/step_trace.py); without `ready`, the whole exchange.
-    `exchange_seconds_of(names)`: the exchange's seconds for those variables (None: all)."""
+    """How long the exchange (`exchange_seconds_of(names)`, None: all) goes on after the compute, each gradient
+    leaving in turn once ready, at ready[v] of the compute (bench/step_trace.py); without `ready`, all of it."""
     if not ready:
         return exchange_seconds_of(None)
     order = sorted(names, key=ready.get)
@@ -319,8 +291,7 @@ def exchange_after_compute(exchange_seconds_of, names, ready, compute_seconds):
 
 
 def protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of, partitions=1, costs=Costs()):
-    """The protocols' CPU seconds of a step's flows, both ends, loopback ones included, averaged over the sampled
-    steps."""
+    """The protocols' CPU seconds of a step's flows, both ends, loopback included, averaged over the sampled steps."""
     groups = machine_groups(machine_of, num_workers)
     return float(np.mean([sum(size * costs.cpu_seconds_per_byte.get(costs.transports[operation], 0.0)
                               for _, _, size, _, operation in flows(architecture, variables, step, num_workers, num_ps,
@@ -338,9 +309,8 @@ def machine_groups(machine_of, num_workers):
 
 def update_seconds(architecture, variables, step_rows, num_workers, num_ps, partitions=1, costs=Costs(),
                    machine_groups=None):
-    """The update's CPU seconds beyond one device's (in the compute term), on the busiest task that applies it:
-    a server adds, deduplicates and applies what it receives; under allreduce every worker applies every worker's
-    rows, under sparse-as-dense whole tables. hybrid-local's first worker of a machine deduplicates on its CPU."""
+    """The update's CPU seconds beyond one device's (in the compute term), on the busiest task that applies it, as
+    docs/bench.md ("Update") says; hybrid-local's first worker of a machine also deduplicates its machine's rows."""
     sparse = [v for v in variables if v.kind == "sparse"]
     dense_bytes = sum(v.bytes for v in variables if v.kind == "dense")
 
@@ -380,8 +350,8 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,
             costs=Costs(), compute_seconds=0.0, needed=None, ready=None, overlap_phases=False):
     """(each machine's (sent, received) bytes, network seconds beyond the compute, update CPU seconds beyond one
-    device's) per step, averaged over the sampled steps. `needed` and `ready` overlap the pull and the exchange
-    with the compute; `overlap_phases` runs both as one phase; with Costs() and neither, the bytes-only model."""
+    device's) per sampled step, averaged. `needed`/`ready` overlap the pull/exchange with the compute,
+    `overlap_phases` runs both as one phase; with Costs() and none of them, the bytes-only model."""
     groups = machine_groups(machine_of, num_workers)
     steps = rows.steps or [None]
 

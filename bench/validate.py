@@ -1,16 +1,9 @@
-"""make bench BENCH=validate: the performance model held against a fixed grid of runs, its records kept in the
-repository (docs/validation.jsonl) so that every figure docs/bench.md states can be recomputed.
+"""make bench BENCH=validate: run the performance model's fixed grid of cells, keep a line per cell in
+docs/validation.jsonl, and print each cell's measured step against the point and interval, and per set how many
+fell inside and the median |log(measured / point)|. docs/bench.md ("Validation") explains the sets.
 
-    python -m bench.validate                        # both sets
-    python -m bench.validate --sets=held-out        # one
-    python -m bench.validate --score                # only print the scores of the kept records
-
-Two sets of cells: "developed", those the model was developed against, and "held-out", cells chosen before any
-of their runs: scored, never fitted. A held-out set whose misses changed the model is spent: its cells are kept
-under the name of their round and join the developed set (docs/measurements.md). Per cell it prints the measured
-step against the point estimate and whether it fell inside [lower, upper]; per set, how many fell inside and
-the median |log(measured / point)|.
-"""
+    python -m bench.validate [--sets=held-out]   # both sets, or one
+    python -m bench.validate --score             # only score the kept records"""
 import datetime
 import math
 import os
@@ -40,7 +33,7 @@ STEPS, WARMUP = 24, 4  # the bench's default
 
 
 def sweep(out, bench_flags, who):
-    """Runs one bench.run sweep with its results in `out` and returns its records; its bad input stays exit 2."""
+    """Run one bench.run sweep with its results in `out` and return its records; its bad input stays exit 2."""
     command = [sys.executable, "-m", "bench.run", *bench_flags, f"--results_dir={out}"]
     print(f"{who}: " + " ".join(command[1:]), flush=True)
     status = run_child(command)
@@ -50,8 +43,8 @@ def sweep(out, bench_flags, who):
 
 
 def run_child(command):
-    """Runs `command` and returns its exit status; if this process is stopped, it stops the command with SIGTERM
-    and waits, so that the command removes its emulated machines."""
+    """Run `command` and return its exit status; if this process is stopped, SIGTERM the command and wait, so
+    that it removes its emulated machines."""
     child = subprocess.Popen(command, cwd=REPO)
     try:
         return child.wait()

@@ -1,6 +1,5 @@
-"""How many first steps to leave out: long runs of each architecture, their steps' medians early and late side
-by side (docs/bench.md, "Warm-up"). The assignment asks to discard the first 50-100 iterations; make bench
-leaves out 4 of 24 on the evidence this prints.
+"""How many first steps to leave out: each architecture's median step early and late, side by side.
+docs/bench.md, "Warm-up", explains the choice it informs.
 
     python -m bench.warmup                      # the first config, W = 2, 1gbit, 150 steps of each runner
     python -m bench.warmup --steps=60           # shorter: the late window is then steps 50-60

@@ -2,28 +2,10 @@
 
     python -m checkpoints_compare REF OTHER [OTHER ...] [--rtol=1e-05] [--atol=1e-07] [--json]
 
-Each path is a checkpoint directory (its latest checkpoint, else its only *.index file), a checkpoint prefix or
-one of a checkpoint's files. Every OTHER is compared with REF, variables matched by name, none skipped. Per
-variable of the same shape and dtype in both, a from REF and b from OTHER:
-    max_abs_diff      max |a - b|; an exact integer for integer variables, null for strings
-    max_scaled_diff   max |a - b| / max|a|, max|a| the variable's largest finite magnitude in REF: what rtol bounds
-    max_ulp           most steps from a to b through adjacent floats (0: equal, +0 and -0 too); null if not float
-    differing, size   how many elements have a != b, out of how many
-    identical         every element equal (+0 equals -0; NaN equals NaN in the same position)
-    within_tolerance  every |a - b| <= atol + rtol * max|a|; non-float variables only when identical
-A NaN or an infinity against a different value is an infinite difference; --json writes it as "inf".
-Per checkpoint: path (the prefix read), `variables` (as above), the three maxima over them, `missing` (in REF
-only), `extra` (in OTHER only) and `mismatched` (shape or dtype), any of which makes it differ, identical,
-within_tolerance and its verdict: "identical", "within_tolerance" or "differs".
-
-Why rtol=1e-05, atol=1e-07: adding the same gradients in another order rounds float32 sums differently and
-steps compound it; 1e-5 (about 80 float32 ULPs) leaves room for that, while a real divergence is orders of
-magnitude larger. It is relative to the variable's largest magnitude, as rounding noise scales with the
-variable's updates, not each element's; atol covers variables that are all zero.
-
-Python API: load(path) -> prefix, compare(reference_path, other_path, rtol, atol) -> the per-checkpoint dict,
-non_finite(path) -> names of variables holding NaN or infinity; each raises CheckpointError for what is not a
-readable checkpoint. Exit status: 0 when every OTHER is within tolerance, 1 when any differs, 2 on bad input.
+Each path is a checkpoint directory, prefix or file. Every OTHER is compared with REF, variables matched by name;
+each gets the verdict "identical", "within_tolerance" (every |a - b| <= atol + rtol * max|a|, max|a| the variable's
+largest finite magnitude in REF) or "differs". Exit status: 0 when every OTHER is within tolerance, 1 when any
+differs, 2 on bad input. docs/outputs.md ("checkpoints_compare") lists --json's fields and the Python API.
 """
 import argparse
 import glob
@@ -59,8 +41,7 @@ def load(path):
 
 
 def compare(reference_path, other_path, rtol=DEFAULT_RTOL, atol=DEFAULT_ATOL):
-    """Compares the checkpoint at `other_path` with the one at `reference_path`; returns the per-checkpoint
-    dict described in the module docstring (infinite differences as float("inf"))."""
+    """Return the per-checkpoint dict (module docstring) of `other_path` against `reference_path`."""
     reference_prefix, reference = _open(reference_path)
     prefix, other = _open(other_path)
     reference_shapes, shapes = reference.get_variable_to_shape_map(), other.get_variable_to_shape_map()
@@ -118,8 +99,7 @@ def _open(path):
 
 
 def _prefix_in_directory(directory):
-    # latest_checkpoint logs (to stderr) why it ignores a stale or garbled state file; the fallback and
-    # the error below say what matters, so keep that log quiet.
+    # Quiet latest_checkpoint's log about a stale or garbled state file: the fallback and error below say more.
     tf_logger = tf.get_logger()
     level = tf_logger.level
     tf_logger.setLevel(logging.CRITICAL)

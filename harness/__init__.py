@@ -1,6 +1,5 @@
-"""What every runner shares: flags, data and sharding, determinism, the throughput timer and the recorder of
-results. The package itself loads no TensorFlow (the launcher, the traffic model and the report import it);
-a runner imports harness.determinism before TensorFlow."""
+"""What every runner shares: flags, data and sharding, determinism, the throughput timer, the recorder.
+It loads no TensorFlow, as the launcher and the report import it; a runner imports harness.determinism first."""
 import os
 import resource
 import sys
@@ -13,13 +12,12 @@ class UsageError(Exception):
 
 
 def peak_resident_bytes():
-    """This process's peak resident memory so far (getrusage's ru_maxrss, in KiB on Linux)."""
+    """Return this process's peak resident memory so far, in bytes (ru_maxrss is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def program_name():
-    """How the user started this program, for its messages: "run_tf.py", "bench/run.py" (a path from the
-    repository, so that bench/run.py is not taken for run.py), or "python -m bench.run"."""
+    """How the user started this program: "run_tf.py", "python -m bench.run", or a repository path ("bench/run.py")."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     if spec:
         return f"python -m {spec.name.removesuffix('.__main__')}"
@@ -28,8 +26,7 @@ def program_name():
 
 
 def main(entry_point):
-    """Runs a runner's main(): a UsageError becomes one line on stderr and exit status 2, Ctrl-C exit 130. A
-    task that finishes prints its peak resident memory on stderr (every task: parameter servers too)."""
+    """Run a runner's main(): a UsageError is one line on stderr and exit 2, Ctrl-C exit 130; then print peak memory."""
     prog = program_name()
     try:
         status = entry_point()

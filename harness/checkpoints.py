@@ -1,16 +1,5 @@
-"""Periodic checkpoints (--save_every) and resuming from the latest complete one (--resume), so that a run
-killed at any step and resumed ends with exactly the parameters of a run never interrupted.
-
-A checkpoint after N steps, in the run's checkpoint directory:
-
-    model.ckpt-N.index, .data-*   the variables (accumulators included), by the model's names
-    model.ckpt-N.state.npy        the state carried into step N (a model with state only)
-    model.ckpt-N.run.json         N and the flags that shape the run; written last and renamed into place,
-                                  so a checkpoint is complete when it exists
-
-Everything else step N depends on (the batch, the randomness, the learning rate) comes from (seed, N). The
-Saver keeps the last 5 checkpoints.
-"""
+"""Periodic checkpoints (--save_every) and resuming from the latest complete one (--resume), bit for bit, as all else
+step N depends on comes from (seed, N); docs/outputs.md lists the files, docs/cluster.md explains."""
 import glob
 import json
 import os
@@ -39,13 +28,12 @@ class Checkpoints:
         return os.path.join(self.directory, f"model.ckpt-{steps}")
 
     def due(self, steps_done, last_step):
-        """Whether a checkpoint is due after `steps_done` steps: every --save_every steps, but not after the
-        last step (the final checkpoint is the Recorder's)."""
+        """Whether a checkpoint is due after `steps_done` steps; not after the last (the Recorder saves that one)."""
         return bool(self.save_every) and steps_done % self.save_every == 0 and steps_done < last_step
 
     def save(self, session, steps_done, state):
-        """Writes the checkpoint after `steps_done` steps (`state`: the global batch's, or None). A failed write
-        (a full disk) ends the run with one line; the earlier checkpoints stay usable."""
+        """Write the checkpoint after `steps_done` steps (`state`: the global batch's, or None); its run.json, renamed
+        into place last, marks it complete. A failed write ends the run with one line; earlier ones stay usable."""
         import tensorflow as tf  # (the runner has loaded it)
         prefix, started = self.prefix(steps_done), time.perf_counter()
         try:
@@ -86,8 +74,7 @@ class Checkpoints:
         return sorted(found, key=lambda item: -item[0])
 
     def resumable(self):
-        """The complete checkpoints, newest first; raises UsageError when there is none or the newest was
-        written with other flags."""
+        """The complete checkpoints, newest first; UsageError when there is none or the newest has other flags."""
         candidates = self.complete()
         if not candidates:
             raise UsageError(f"--resume: no complete checkpoint in {self.directory} (--save_every writes them)")
@@ -100,8 +87,7 @@ class Checkpoints:
         return candidates
 
     def restore(self, session):
-        """Restores the newest readable complete checkpoint; returns (the step to continue from, its state or
-        None). Raises UsageError when none can be read or a flag differs."""
+        """Restore the newest readable complete checkpoint; return (the step to continue from, its state or None)."""
         import tensorflow as tf  # (the runner has loaded it)
         for steps_done, record in self.resumable():
             prefix = self.prefix(steps_done)

@@ -1,14 +1,5 @@
-"""How a parameter-server task (run_tf.py, run_parallax.py) learns the cluster and its place in it, from the
-first of:
-
-1. --job_name, --task_index, --ps_hosts, --worker_hosts (what the launcher passes; all four, or none);
-2. TF_CONFIG, as Kubeflow's TFJob sets it, read by TensorFlow's TFConfigClusterResolver:
-       {"cluster": {"ps": ["h0:2222"], "worker": ["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 0}}
-   A "chief" is worker 0 (our chief also trains) and worker i becomes worker i + 1; an "evaluator" task is
-   refused and an "evaluator" job left out: these runners evaluate nothing;
-3. a Slurm job step's environment (srun without the flags), read by TensorFlow's SlurmClusterResolver: the
-   first --ps_tasks tasks are the parameter servers, each task at port 8888 + its place on its node.
-"""
+"""How a parameter-server task (run_tf.py, run_parallax.py) learns the cluster and its place in it: from the four
+cluster flags, else TF_CONFIG (Kubeflow's TFJob), else the Slurm job step it runs in. docs/cluster.md explains."""
 import json
 import os
 
@@ -20,8 +11,7 @@ SLURM_PORT_BASE = 8888  # SlurmClusterResolver's default
 
 
 def resolve(args):
-    """Sets args.job_name, args.task_index, args.ps_hosts and args.worker_hosts from the first source that has
-    a cluster."""
+    """Set args.job_name, task_index, ps_hosts and worker_hosts from the first source that has a cluster."""
     given = [name for name in CLUSTER_FLAGS if getattr(args, name) is not None]
     if given:
         for name in CLUSTER_FLAGS:
@@ -90,8 +80,8 @@ def from_slurm_step(num_ps):
     """(job, index, ps addresses, worker addresses) of this task of the Slurm job step."""
     import tensorflow as tf  # here, not above: the launcher checks cluster flags without loading TensorFlow
 
-    # The resolver runs nvidia-smi unless told the GPUs, fails without one (tensorflow#56894) and hands out ports
-    # only while it has GPUs to pair them with: so one pretended GPU per task, not applied.
+    # The resolver runs nvidia-smi unless told the GPUs (tensorflow#56894) and gives ports only to tasks with a GPU:
+    # so one pretended GPU per task, not applied.
     num_tasks = int(os.environ["SLURM_STEP_NUM_TASKS"])
     if num_ps >= num_tasks:
         raise harness.UsageError(f"--ps_tasks={num_ps}: the Slurm step has only {num_tasks} tasks, none left for "

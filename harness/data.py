@@ -1,10 +1,5 @@
-"""The sharding contract every runner follows, and a language model's data.
-
-The global batch of step t is a function of the data and t alone; worker r of W trains rows [r*B/W, (r+1)*B/W)
-and carries the state of exactly those rows from step to step. A language model's batch (ptb_word_lm's
-layout): the token stream is cut into `batch_size` contiguous rows, and step t reads the window of
-`num_steps` + 1 tokens at position (t mod epoch_size) * num_steps of every row.
-"""
+"""The sharding contract every runner follows (shard), and a language model's data.
+docs/architecture.md, "The sharding contract", states it."""
 import collections
 import os
 
@@ -17,18 +12,16 @@ ZIPF_EXPONENT = 1.0           # word frequencies of natural text fall roughly as
 
 
 def synthetic_tokens(vocab_size, seed):
-    """A corpus of i.i.d. Zipf-distributed word ids from the seed: id 0 is the most frequent word. It has no
-    structure beyond word frequencies (the loss falls towards their entropy, not lower); its purpose is an
-    embedding gradient as sparse as real text gives."""
+    """I.i.d. Zipf word ids from the seed (id 0 the most frequent): an embedding gradient as sparse as text's.
+    Nothing but word frequencies, so the loss falls towards their entropy, not lower."""
     probabilities = 1.0 / np.arange(1, vocab_size + 1) ** ZIPF_EXPONENT
     rng = np.random.default_rng([seed, 0x5EED])
     return rng.choice(vocab_size, SYNTHETIC_TOKENS, p=probabilities / probabilities.sum()).astype(np.int32)
 
 
 def text_tokens(path, vocab_size):
-    """Word ids of a text in PTB's format (`path`: a file, or a directory holding ptb.train.txt). Line ends become
-    "<eos>"; the vocabulary is the vocab_size most frequent words (ties by spelling), one of them "<unk>" for
-    the rest when more words occur."""
+    """Word ids of a PTB-format text (a file, or a directory with ptb.train.txt): the vocab_size most frequent
+    words (ties by spelling), "<unk>" among them when more occur."""
     if os.path.isdir(path):
         path = os.path.join(path, "ptb.train.txt")
     try:
@@ -48,7 +41,8 @@ def text_tokens(path, vocab_size):
 
 
 class Batches:
-    """The global batch of every step, as described at the top of this module."""
+    """The global batch of each step, as ptb_word_lm lays it out: the tokens cut into `batch_size` contiguous rows,
+    step t reading `num_steps` + 1 tokens at (t mod epoch_size) * num_steps of every row."""
 
     def __init__(self, tokens, batch_size, num_steps):
         row_length = len(tokens) // batch_size

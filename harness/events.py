@@ -1,10 +1,5 @@
-"""Structured lines a run's chief prints for whoever started it: one JSON object after a fixed marker, so that
-the launcher reads an event instead of scraping a progress line whose wording may change.
-
-    @event {"event": "measured_steps_begin", "after_step": 50}   the timer's measured steps start now
-    @event {"event": "measured_steps_end", "after_step": 300}    the last step is done
-    @event {"event": "progress", "steps_done": 120}             with every progress line (--log_every)
-"""
+"""The @event lines a run's chief prints for the launcher, one JSON object each, so that it need not scrape progress
+lines: measured_steps_begin and measured_steps_end ("after_step"), and progress ("steps_done") every --log_every."""
 import json
 
 MARKER = "@event "

@@ -1,15 +1,5 @@
 """Every run this project knows, named once: verify, make bench, bench.predict and the report read this table,
-so a run is `tf` everywhere (verify-tf.json, its bench records, its colour); adding a runner is one entry.
-
-A run is an architecture's runner script (`python -m harness.launch ARCHITECTURE`) with the flags of this
-variant, and what the tools around it need to know:
-
-    traffic   its step's flows in the traffic model (bench/traffic.py); None for the reference: it sends nothing
-    verify    its final checkpoint against the reference's (verify.py): "reference", "identical" (bit for bit
-              at W <= 2), "different" (asynchronous); None: not a verify run
-    rounding  why it may differ by rounding with more than 2 workers; None: it may not
-    fault     the task verify --faults kills ("ps0", "worker1") before resuming; None: an ordinary run
-"""
+so a run is `tf` everywhere (verify-tf.json, its bench records, its colour); adding a runner is one entry."""
 import dataclasses
 
 # The launcher's architectures and the script each starts on every task.
@@ -24,15 +14,15 @@ class Run:
     title: str               # as a table or a plot's legend names it
     architecture: str        # a key of SCRIPTS; None: run.py on one device (the reference)
     flags: tuple             # the runner flags that make this variant
-    traffic: str             # see the module's doc
-    verify: str
-    rounding: str
+    traffic: str             # its step's flows in bench/traffic.py; None: it sends nothing (the reference)
+    verify: str              # "reference", "identical" (bit for bit at W <= 2), "different" (async); None: not verified
+    rounding: str            # why it may differ by rounding with more than 2 workers; None: it may not
     colour: str              # one per run in every plot; variants are shades of their architecture's hue
-    fault: str = None
+    fault: str = None        # the task verify --faults kills before resuming ("ps0"); None: an ordinary run
 
     @property
     def asynchronous(self):
-        """Its workers step at their own paces: outside the model, which prices a synchronous step."""
+        """Its workers step at their own paces, which the model (it prices a synchronous step) leaves out."""
         return self.verify == "different"
 
     @property

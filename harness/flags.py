@@ -1,13 +1,6 @@
-"""The flags every runner shares, defined with absl.flags as TensorFlow's scripts define theirs; a bad value is
-one line naming the flag, exit 2. Each runner has a FlagValues of its own, not absl's global FLAGS: the
-launcher and the tests parse several runners' flags in one process.
-
-    parser = flags.parser("run_tf", __doc__)
-    flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
-    args = flags.parse(parser)            # args.sync, args.config, ...
-
-absl adds --flagfile (one flag per line) and --undefok; `parse` adds --help (-h, --helpshort, --helpfull).
-"""
+"""The flags every runner shares, on absl.flags (with --flagfile and --help); a bad value is one line naming the
+flag, exit 2. Each runner has its own FlagValues, not absl's global FLAGS, as the launcher and the tests parse
+several runners' flags in one process."""
 import argparse
 import math
 import os
@@ -33,7 +26,7 @@ class FlagSet(absl_flags.FlagValues):
 
 
 def validate(flag_values, name, check, message):
-    """A check of one flag's value; a failure is one line naming the flag: "--name=value: message"."""
+    """Register a check of one flag's value; a failure reads "--name=value: message"."""
     absl_flags.register_validator(name, check, message=message, flag_values=flag_values)
 
 
@@ -74,9 +67,8 @@ def passed_on(args, names=RUN_FLAGS):
 
 
 def parse(flag_values, argv=None, positional=0):
-    """Parses `argv` (default: the command line) into an argparse.Namespace; bad input raises UsageError naming
-    the flag, and --help prints help_text and exits 0. `positional` arguments may come among the flags
-    (args.positional). A runner's flags are also checked against each other and the output directories."""
+    """Parse `argv` (default: the command line) into a Namespace; bad input raises UsageError, --help exits 0.
+    `positional` arguments may come among the flags (args.positional); a runner's flags are also cross-checked."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in HELP_FLAGS for arg in argv):
         print(help_text(flag_values))
@@ -112,8 +104,7 @@ def _check_run(args):
 
 
 def unwritable(directory):
-    """Why `directory` cannot be created or written, or None. It tries, in the nearest directory that exists,
-    and cleans up: permission bits alone do not say (/proc, read-only mounts)."""
+    """Why `directory` cannot be created or written, or None; it tries, as permission bits do not say (/proc)."""
     path = os.path.abspath(directory)
     while not os.path.exists(path):
         path = os.path.dirname(path)

@@ -1,5 +1,5 @@
-"""The synchronous protocol of the parameter-server runners: queues shared by name across the tasks' graphs,
-exactly one gradient per worker (or machine) per step, and the workers' carried states for checkpoints."""
+"""The synchronous protocol of the parameter-server runners: queues shared by name across the tasks' graphs, exactly
+one gradient per worker (or machine) per step, and the workers' carried states; docs/architecture.md explains."""
 import numpy as np
 
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
@@ -13,15 +13,15 @@ def queue(name, dtypes, device, capacity=1):
 
 
 def start_gate(rank, num_workers):
-    """(the chief's ops that open the gate, the op by which worker `rank` waits for it): no worker reads the
+    """(the chief's ops that open the gate, worker `rank`'s op that waits for it), so that no worker reads the
     variables before the chief has initialised them."""
     started = [queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
     return [q.enqueue([0]) for q in started], started[rank].dequeue()
 
 
 class CarriedState:
-    """The state the workers carry, through queues on the first parameter server: gathered in worker order (row
-    order) for the chief's checkpoints, and handed back with the step in a resumed run."""
+    """The workers' carried state, through queues on the first server: gathered in worker (row) order for the
+    chief's checkpoints, and handed back with the step in a resumed run."""
 
     def __init__(self, rank, num_workers, state_shape):
         self.rank, self.num_workers, self.stateful = rank, num_workers, state_shape is not None
@@ -53,9 +53,9 @@ class CarriedState:
 
 
 def collect_gradients(parts, gradients, step, sender, num_senders, collect, device=None):
-    """Exactly one gradient per sender (a worker, or a machine with --local_aggregation) per step: each enqueues
-    its step-tagged gradient of each part into a queue of its own on `device` (default: the part's server).
-    Returns the enqueue ops and, where `collect`, every sender's gradients in sender order; a stale tag fails."""
+    """Exactly one gradient per sender (a worker, or a machine with --local_aggregation) per step, step-tagged, in a
+    queue per sender and part on `device` (default: the part's server); a stale tag fails. Return the enqueue ops
+    and, where `collect`, every sender's gradients in sender order."""
     def gradient_queue(part, index):
         return queue(f"gradient/{part.op.name}/sender{index}", [tf.int64, tf.float32, tf.int32], device or part.device)
 

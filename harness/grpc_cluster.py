@@ -1,5 +1,5 @@
-"""A parameter-server job's tasks (run_tf.py, run_parallax.py): each task's gRPC server and the failure policy
-every session.run goes through, and the parameter-server task itself."""
+"""A parameter-server job's tasks: each one's gRPC server and failure policy, and the parameter server's loop.
+docs/cluster.md explains the timeouts."""
 import socket
 import sys
 import time
@@ -12,8 +12,8 @@ from harness import gradient_queues
 
 
 class Cluster:
-    """This task's gRPC server, and the failure handling of its every session.run: a peer that never answers
-    within --startup_timeout is bad input (exit 2); one that stops answering later has died (exit 1)."""
+    """This task's gRPC server and session.run's failure policy: a peer silent from the start is bad input (exit 2),
+    one that falls silent later has died (exit 1)."""
 
     def __init__(self, args):
         self.args = args
@@ -35,8 +35,8 @@ class Cluster:
         self.server = tf.distribute.Server(self.spec, args.job_name, args.task_index, config=self.config)
 
     def session(self, graph, peers):
-        """A session that needs only this task and `peers` (device filters: the others may come and go). The
-        peers are probed over TCP first: TensorFlow would wait for ever for one that never starts."""
+        """A session needing only this task and `peers`, probed over TCP first: TensorFlow would wait for ever for
+        one that never starts."""
         waiting = {task for task, device in self.devices.items()
                    if any(device == peer or device.startswith(peer + "/") for peer in peers)}
         deadline = time.monotonic() + self.args.startup_timeout
@@ -50,8 +50,7 @@ class Cluster:
         return tf.compat.v1.Session(self.server.target, graph=graph, config=config)
 
     def run(self, session, fetches, feed=None, starting=False, timeout=None):
-        """session.run that gives up after `timeout` seconds (default --timeout, or --startup_timeout while
-        `starting`) and names the task that does not answer."""
+        """session.run, giving up after `timeout` (default --timeout, or --startup_timeout) and naming the dead."""
         seconds = timeout or (self.args.startup_timeout if starting else self.args.timeout)
         try:
             return session.run(fetches, feed, options=tf.compat.v1.RunOptions(timeout_in_ms=1000 * seconds))
@@ -81,7 +80,7 @@ class Cluster:
 
 
 def serve(cluster, args):
-    """A parameter server: holds variables until the chief says the run is over (or is gone)."""
+    """Serve as a parameter server until the chief says the run is over, or is gone."""
     graph = tf.Graph()
     with graph.as_default():
         done = _done_queue(args.task_index).dequeue()
@@ -97,15 +96,14 @@ def serve(cluster, args):
         while not over():
             chief_seen = chief_seen or cluster.reachable("worker0")
             if (chief_seen or time.monotonic() - started > args.startup_timeout) and not cluster.reachable("worker0"):
-                # The chief says the run is over as its last act and exits: its word may have come just as the
-                # wait above timed out. One more look before calling it gone.
+                # The chief's last act is to say the run is over: look once more before calling it gone.
                 if over():
                     return
                 cluster.exit_if_unreachable(["worker0"], starting=not chief_seen)
 
 
 def run_over(num_ps):
-    """The chief's ops that tell every parameter server the run is over (each `serve` waits for its own)."""
+    """The chief's ops that tell every parameter server the run is over."""
     return [_done_queue(p).enqueue([0]) for p in range(num_ps)]
 
 

@@ -1,12 +1,5 @@
-"""Parallax's hybrid step (run_parallax.py): sparse variables on the parameter servers, dense ones replicated on
-every worker and averaged by Horovod's allreduce, one session.run per worker and step.
-
-Every worker sends its step-tagged sparse gradient to a queue of its own on the parameter servers (with
---local_aggregation, through its machine's first worker, which sends the sum) and allreduces its dense ones.
-The chief averages exactly one sparse gradient per sender (or sums them: --average_sparse=false, Parallax's
-default), computes the global norm of both kinds, applies the sparse update and hands every worker the
-clipping factor for its dense update.
-"""
+"""Parallax's hybrid step (run_parallax.py): sparse variables on the parameter servers, dense ones allreduced.
+docs/architecture.md, "How each runner synchronises", explains it."""
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
@@ -15,8 +8,7 @@ from harness.variables import deduplicate  # noqa: E402
 
 
 def hybrid_placement(kinds, num_ps, worker_device):
-    """A device function: sparse variables (or their parts) on the parameter servers, spread by size; every
-    other op without a device of its own on this worker."""
+    """A device function: sparse variables (or parts) on the parameter servers by size, other ops on this worker."""
     greedy = placement.GreedyBySize(num_ps)
 
     def place(op):
@@ -27,8 +19,8 @@ def hybrid_placement(kinds, num_ps, worker_device):
 
 
 def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
-    """Sends the sparse gradients, one per worker per step (with --local_aggregation, one per machine). Returns
-    (send ops, the chief's received gradients per sender, the number of senders, the devices the session needs)."""
+    """Send one sparse gradient per worker (--local_aggregation: per machine) and step. Return (send ops, the
+    chief's received gradients per sender, the number of senders, the devices the session needs)."""
     send, sender, num_senders, peers = [], rank, num_workers, ["/job:ps"]
     if args.local_aggregation:
         groups = placement.machines(args.worker_hosts)
@@ -48,9 +40,8 @@ def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
 
 
 def chief_sparse_update(params, sparse, parts, received, dense_norms, scale_queues, feed, divisor):
-    """The chief's sparse update on the parameter servers, with the global norm of both kinds (`dense_norms`:
-    prepare_gradient's by name), publishing the clipping factor to every worker. Returns (the publishing ops,
-    the ops that let the workers start, the sparse rows received this step)."""
+    """The chief's sparse update on the servers, clipped by both kinds' global norm, whose factor it publishes.
+    Return (the publishing ops, the ops that let the workers start, the sparse rows received this step)."""
     names = list(params.variables)
     combined, rows = [], []
     for part, gradients in zip(parts, zip(*received)):
@@ -70,8 +61,8 @@ def chief_sparse_update(params, sparse, parts, received, dense_norms, scale_queu
 
 
 class HybridStep:
-    """One step of a worker, in one session.run: dense gradients allreduced, sparse ones sent, the chief's
-    sparse update and clipping factor, then the dense update with that factor on every replica."""
+    """A worker's step in one session.run: dense gradients allreduced, sparse ones sent, the chief's sparse update
+    and clipping factor, then the dense update with that factor on every replica."""
 
     def __init__(self, args, hvd, params, kinds, feed, rank, num_workers):
         chief = rank == 0

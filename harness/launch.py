@@ -1,17 +1,10 @@
-"""Starting the tasks of a distributed run, watching them, and tearing them down.
+"""Start the tasks of a distributed run, watch them and tear them down; every flag is checked before any starts.
 
     python -m harness.launch tf --workers=2 --ps=1 -- --config=small --steps=300     (make run-tf)
     python -m harness.launch horovod --workers=2 -- --config=small --steps=300       (make run-horovod)
-    python -m harness.launch parallax --workers=2 --ps=1 -- --config=small ...       (make run-parallax)
-    python -m harness.launch tf --hosts=h1:2,h2:2 -- ...                             (make run-tf HOSTS=...)
-    python -m harness.launch tf --slurm -- ...                   (inside an allocation: slurm/run_tf.sbatch)
-    python -m harness.launch horovod --mpi -- ...                                     (make run-horovod MPI=1)
-    python -m harness.launch tf --workers=2 --ps=2 --net=100mbit -- ...              (make run-tf NET=100mbit)
-    python -m harness.launch tf --docker=lstm-dist -- ...        (every task in a container: make docker-verify)
+    python -m harness.launch parallax --workers=2 --ps=1 --net=100mbit -- ...        (make run-parallax NET=100mbit)
 
-It checks every flag (its own and the runner's) before anything starts, picks a starter (harness/starters/)
-by its flag (`STARTERS`; default: child processes of this machine), which places the tasks, builds the
-architecture's tasks and runs them with harness.tasks.run_tasks, the one place tasks are watched and stopped.
+Flags before "--" are the launcher's, after it the runner's. docs/cluster.md shows hosts, Slurm, MPI and Docker.
 """
 import dataclasses
 import math
@@ -31,15 +24,14 @@ from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
 
 
-# A collective whose peer died fails after this many seconds (Horovod's default). The launcher stops the other
-# tasks as soon as one dies; the timeout covers tasks started by other means (horovodrun).
+# A collective whose peer died fails after this many seconds (Horovod's default); the launcher stops the others
+# as soon as one dies, so this covers tasks started otherwise (horovodrun).
 GLOO_TIMEOUT_SECONDS = 30
 
 
 def gloo_timeout_seconds(model, config, workers, link):
-    """How long a Gloo collective may take: GLOO_TIMEOUT_SECONDS, plus on an emulated link (--net) twice the time
-    of Horovod's first collective, rank 0's broadcast of every variable and one slot each to W - 1 ranks at
-    the link's rate, which on slow links outlasts the default."""
+    """GLOO_TIMEOUT_SECONDS, plus on an emulated link (--net) twice the time of Horovod's first collective (rank
+    0's broadcast of every variable and a slot), which on slow links outlasts the default."""
     if link is None:
         return GLOO_TIMEOUT_SECONDS
     variable_bytes = sum(4 * math.prod(v.shape) for v in model.variables(config).values())
@@ -48,8 +40,8 @@ def gloo_timeout_seconds(model, config, workers, link):
 
 
 def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO_TIMEOUT_SECONDS):
-    """(each rank's environment as horovodrun --gloo sets it, rank r on worker_hosts[r]; stop_rendezvous), with
-    Horovod's rendezvous server running in this process."""
+    """Start Horovod's rendezvous in this process; return (each rank's environment as horovodrun --gloo sets it,
+    rank r on worker_hosts[r]; stop_rendezvous)."""
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
     from horovod.runner.http.http_server import RendezvousServer
@@ -90,8 +82,7 @@ def parameter_server_tasks(script, runner_flags, ps_addresses, worker_addresses)
 
 
 def with_ports(ps_hosts, worker_hosts, starter):
-    """(host:port of each parameter server, of each worker), the ports free on their hosts and drawn at once
-    for every task of a host, so that no two tasks get the same one."""
+    """(host:port of each parameter server, of each worker); a host's free ports are drawn at once so none repeats."""
     hosts = ps_hosts + worker_hosts
     free = {host: starter.free_ports(host, hosts.count(host)) for host in dict.fromkeys(hosts)}
     addresses = [f"{host}:{free[host].pop()}" for host in hosts]
@@ -100,8 +91,7 @@ def with_ports(ps_hosts, worker_hosts, starter):
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
            mpi=False, gloo_timeout=GLOO_TIMEOUT_SECONDS):
-    """Runs one job of `architecture` on those hosts with `starter`; returns (its exit status, its tasks). With
-    `mpi` (horovod only), one local mpirun starts every rank."""
+    """Run one job of `architecture` with `starter`; return (exit status, tasks). `mpi`: one local mpirun starts all."""
     script = SCRIPTS[architecture]
     if mpi:
         tasks = [Task("mpirun", mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script),
@@ -266,7 +256,7 @@ def main():
 
 
 def run_job(args, starter):
-    """Places the tasks and runs the job with `starter` (after Parallax's partition search, if asked)."""
+    """Place the tasks and run the job with `starter` (after Parallax's partition search, if asked)."""
     runner_flags, runner_args = args.runner_flags, args.runner_args
     worker_hosts, ps_hosts = starter.place(args.workers, args.ps)
     if (args.require_shared_workdir or args.search) and not starter.shares_workdir(worker_hosts[0]):

@@ -1,12 +1,6 @@
-"""Runs a task on this host for a launcher elsewhere, and stops it when the launcher is gone.
-
-    python harness/lifeline.py COMMAND...      (what harness.launch runs over ssh)
-
-The launcher writes a heartbeat to this script's stdin every HEARTBEAT_SECONDS. At end of file (the launcher,
-its ssh client or the connection died) or after SILENCE_SECONDS without a heartbeat (the host was cut off,
-which sshd does not notice; $LIFELINE_SILENCE_SECONDS overrides it), it stops the task's process group and
-exits with the task's status. Standard library only: it runs without TensorFlow.
-"""
+"""`python harness/lifeline.py COMMAND...`: run a task for a launcher elsewhere, and stop it at end of stdin or after
+SILENCE_SECONDS ($LIFELINE_SILENCE_SECONDS) without a heartbeat, which catches a cut-off host sshd would not notice.
+Standard library only: it runs without TensorFlow. docs/architecture.md ("The launcher") explains."""
 import ctypes
 import os
 import select
@@ -28,8 +22,7 @@ def die_with_parent():
 
 
 def stop_all(tasks, grace_seconds=GRACE_SECONDS):
-    """SIGTERM to the process group of each of `tasks` (Popens), then SIGKILL to what is left `grace_seconds`
-    later: one grace period for all, not one each."""
+    """SIGTERM each task's process group, then SIGKILL what is left `grace_seconds` later: one grace for all."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for task in tasks:
             try:

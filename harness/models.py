@@ -1,41 +1,5 @@
-"""The model contract: what a model file gives the toolkit, and how the toolkit loads one (--model, MODEL=).
-
-A model is one Python file (models/lstm.py, models/transformer.py, or yours: docs/your-model.md) with:
-
-    CONFIGS                  {name: config}, the first the default. A config is a dataclass with `name` and
-                             `batch_size`, the rows of the GLOBAL batch (W workers train batch_size / W each).
-    data(config, data_path, seed)
-                             the global batch of every step: an object whose call (step) gives a tuple of
-                             numpy arrays of batch_size rows, and whose `epoch_size` is the steps in an epoch
-                             (harness.data.language_model serves a corpus of word ids).
-    variables(config)        {name: harness.variables.Variable(shape, initializer)}, in a fixed order; initial
-                             values come from (seed, name) alone, so every runner and partitioning starts equal.
-    loss(config, params, inputs, random[, state])
-                             the objective of some rows of the global batch: the MEAN over them of a per-row
-                             loss, so that averaging W workers' gradients gives the batch's. `params` reads
-                             variables (params["w"], params.gather("embedding", ids)); `inputs` is the tuple
-                             of this call's rows; `random` draws per-row and shared randomness keyed by (seed,
-                             step) (harness.variables.StepRandom). With `state_shape`, it also gets the rows'
-                             state and returns (objective, new state).
-    update_rule(config)      a harness.update.Rule: one of the toolkit's optimizers (SGD, Adagrad, Adam), the
-                             learning-rate schedule, clipping.
-
-and optionally:
-
-    state_shape(config)      the shape of the state ONE row carries from step to step (an LSTM's cell and
-                             output); zeros at the start of every epoch. Without it the model has no state.
-    metrics(config, objective)
-                             {"loss": ..., more}: what a step reports (default {"loss": objective}).
-    UNIT, units_per_row(config)
-                             what throughput counts (default "examples", 1 per row; a language model's
-                             "words", num_steps per row).
-    BENCH_CONFIGS            the configs make bench sweeps (default: the first).
-    TOLERANCE                (rtol, atol) verify allows with more than two workers (default 1e-5, 1e-7),
-                             for a model that turns rounding into larger differences (ReLU's kinks, Adam).
-
-Nothing else: which variables are sparse comes from their gradients' types (tf.IndexedSlices), as Parallax
-decides it; the runners, the harness, the bench and the report know a model only through this.
-"""
+"""Load a model file (--model, MODEL=) and check it against the model contract: what a model gives the toolkit,
+which knows a model only through it. docs/your-model.md states the contract."""
 import dataclasses
 import importlib.util
 import os

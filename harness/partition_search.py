@@ -1,10 +1,6 @@
-"""Parallax's search for the number of partitions of the sparse variables (Kim et al. 2019, section 5.3).
-
-Train a few steps with n = 1 partition, then 2, 4, ... while the step time (median after the warm-up)
-improves; fit t(n) = b/n + a(n - 1) + c to the measured times by least squares (b/n: a part's work shrinks
-as it is split; a(n - 1): every part costs a fixed overhead; c: the rest) and take the integer n that
-minimises the fit, within the range measured.
-"""
+"""Parallax's search for the number of partitions of the sparse variables (Kim et al. 2019, section 5.3): time
+n = 1, 2, 4, ... while it gets faster, fit t(n) = b/n + a(n - 1) + c and take the n that minimises the fit.
+docs/architecture.md ("Partition search") explains it."""
 import os
 
 import numpy as np
@@ -34,8 +30,8 @@ def best_partitions(partitions, seconds):
 
 
 def search(trial, results_dir, max_partitions):
-    """Runs trial(n) -> median step seconds for n = 1, 2, 4, ... while it improves; returns the best n and
-    writes <results_dir>/partition-search.json."""
+    """Run trial(n) -> median step seconds for n = 1, 2, 4, ... while it improves; return the best n and write
+    <results_dir>/partition-search.json."""
     partitions, seconds = [], []
     n = 1
     while n <= max_partitions:

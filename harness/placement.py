@@ -8,9 +8,8 @@ from harness.variables import Params  # noqa: E402
 
 
 class GreedyBySize:
-    """replica_device_setter's ps_strategy: each variable goes to the parameter server with the fewest bytes
-    so far (TF 1.x's GreedyLoadBalancingStrategy with byte_size_load_fn, which TF 2 no longer ships). Every
-    worker builds its graph in the same order, so every worker computes the same placement."""
+    """replica_device_setter's ps_strategy: each variable to the parameter server with the fewest bytes so far.
+    Every worker builds its graph in the same order, so every worker computes the same placement."""
 
     def __init__(self, num_ps):
         self.loads = [0] * num_ps
@@ -35,15 +34,13 @@ def machines(worker_hosts):
 
 
 def gradient_kinds(names, gradients):
-    """{variable name: "sparse" or "dense"} from the type of its gradient (Parallax's classification); a
-    partitioned variable's gradient is the list of its parts'."""
+    """{variable: "sparse" or "dense"} by its gradient's type; a partitioned variable's gradient is its parts' list."""
     return {name: "sparse" if isinstance(tf.nest.flatten(g)[0], tf.IndexedSlices) else "dense"
             for name, g in zip(names, gradients)}
 
 
 def variable_kinds(model, config, seed, batches):
-    """{variable: "sparse" or "dense"} from the types of the model's gradients (Parallax's classification),
-    built once in a scratch graph."""
+    """{variable: "sparse" or "dense"} by the type of the model's gradients, built once in a scratch graph."""
     with tf.Graph().as_default():
         params = Params(model, config, seed)
         objective, _ = StepFeed(model, config, batches, slice(None)).loss(params, seed)
@@ -61,6 +58,5 @@ def print_placement(runner, params, kinds):
 
 
 def describe(params, kinds):
-    """{variable: {"shape", "kind"}}: what a run's summary records of the model's variables (the report's
-    figure reads it)."""
+    """{variable: {"shape", "kind"}}: what a run's summary records of the variables (the report's figure reads it)."""
     return {name: {"shape": list(spec.shape), "kind": kinds[name]} for name, spec in params.specs.items()}

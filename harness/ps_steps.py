@@ -1,9 +1,5 @@
 """One training step of run_tf.py on a worker, of three kinds: synchronous (exactly one gradient of each worker
-per update), asynchronous, and TensorFlow's own SyncReplicasOptimizer.
-
-    step = SynchronousStep(params, feed, objective, final_state, gradients, rank, num_workers)
-    objective, state, norm, units = step.run(cluster, session, t, feed(t, state))   # the chief's; others: None
-"""
+per update), asynchronous, and TensorFlow's SyncReplicasOptimizer; docs/architecture.md describes each."""
 import sys
 
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
@@ -15,7 +11,7 @@ from harness.variables import deduplicate  # noqa: E402
 
 
 class Step:
-    """What every kind of step shares."""
+    """What every kind of step shares; run(cluster, session, t, feed) returns (objective, state, norm, units)."""
 
     def steps(self, steps):
         """The steps this worker's loop may run (the run's --steps)."""

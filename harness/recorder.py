@@ -1,12 +1,5 @@
-"""Everything a run leaves behind, written by the chief (rank 0) only:
-
-    <results_dir>/<run_name>.jsonl        one line per step: step, the model's metrics (loss, ...), grad_norm,
-                                          seconds, words_per_sec (the model's unit a second), as the run goes
-    <results_dir>/<run_name>.json         the summary: configuration, final loss, throughput, environment
-                                          (written last, only when the run succeeded)
-    <results_dir>/tensorboard/<run_name>/ the metrics, grad_norm and words_per_sec every log_every steps
-    <ckpt_dir>/model.ckpt-<steps>.*       the final checkpoint, with the model's variable names
-"""
+"""Everything a run leaves behind, written by the chief (rank 0) only: the steps log, the summary, TensorBoard's
+scalars and the final checkpoint. docs/outputs.md describes each file."""
 import dataclasses
 import glob
 import json
@@ -23,8 +16,8 @@ from harness.timer import ThroughputTimer
 
 class Recorder:
     def __init__(self, args, model, config, runner, num_workers, resumed_at=None):
-        """`resumed_at`: the step a resumed run continues from; the steps before it stay in the log and the
-        throughput, and the warm-up is left out again after the restart."""
+        """`resumed_at`: the step a resumed run continues from; earlier steps stay in the log and the throughput,
+        and the warm-up is left out again after the restart."""
         self.args, self.model, self.config, self.runner, self.num_workers = args, model, config, runner, num_workers
         self.unit = models.unit(model)
         self.resumed_at = resumed_at
@@ -40,8 +33,8 @@ class Recorder:
         measured_before = kept[args.warmup_steps:]
         warmup = self._warmup_after(resumed_at, measured_before)
         self.timer = ThroughputTimer(warmup, self.unit)
-        # The step after which this start's measured steps begin: a resumed run's byte window (NET=) starts
-        # after the restart, as the counters before it died with the killed launcher.
+        # The step after which this start's measured steps begin: a resumed run's byte window (NET=) starts after
+        # the restart, as the counters before it died with the killed launcher.
         self.measured_from = (resumed_at or 0) + max(warmup, 1)
         for record in measured_before:
             self.timer.keep(record["seconds"], record["words_per_sec"] * record["seconds"])
@@ -50,8 +43,8 @@ class Recorder:
         self.started = time.time()
 
     def _warmup_after(self, resumed_at, measured_before):
-        """The steps left out after this start: --warmup_steps, or all but the last after a restart that leaves
-        fewer than that and no measured step before it (the summary's throughput.warmup_steps says so)."""
+        """The steps left out after this start: --warmup_steps, or all but the last when a restart leaves no more
+        than that and no measured step before it (throughput.warmup_steps records it)."""
         remaining = self.args.steps - (resumed_at or 0)
         if resumed_at is None or measured_before or remaining > self.args.warmup_steps:
             return self.args.warmup_steps
@@ -59,14 +52,12 @@ class Recorder:
 
     @staticmethod
     def _steps_before(path, step):
-        """The steps log's records before `step` (a run killed after its last checkpoint logged steps it will
-        train again)."""
+        """The steps log's records before `step`: a run killed after its checkpoint logged steps it trains again."""
         return [record for _, record in results.read_lines(path, "step") if record["step"] < step] \
             if os.path.exists(path) else []
 
     def step(self, step, objective, seconds, words, **extra):
-        """Records one step: the global batch's `objective`, `seconds` of the whole loop iteration and the
-        `words` (models.unit) it trained."""
+        """Record one step: the global batch's `objective`, the loop iteration's `seconds`, the `words` it trained."""
         metrics = models.metrics(self.model, self.config, objective)
         self.last_metrics = metrics
         self.timer.record(seconds, words)
@@ -94,7 +85,7 @@ class Recorder:
             events.announce("measured_steps_end", after_step=step + 1)
 
     def finish(self, session, saver, variables, **extra):
-        """Writes the checkpoint, then the summary (`variables`: placement.describe's); returns the summary."""
+        """Write the checkpoint, then the summary (`variables`: placement.describe's); return the summary."""
         prefix = saver.save(session, os.path.join(self.args.ckpt_dir, "model.ckpt"),
                             global_step=self.args.steps, write_meta_graph=False)
         self.steps_log.close()
@@ -130,8 +121,8 @@ class Recorder:
 
 
 def remove_stale_outputs(args):
-    """Removes the summary and checkpoints an earlier run left at this run's paths (--resume keeps the
-    checkpoints), so that a run that fails leaves nothing that looks finished. The chief calls it first."""
+    """Remove the summary and checkpoints (not with --resume) an earlier run left at this run's paths, so that a
+    run that fails leaves nothing that looks finished. The chief calls it first."""
     checkpoints = [] if args.resume else [os.path.join(args.ckpt_dir, "checkpoint"),
                                           *glob.glob(os.path.join(args.ckpt_dir, "model.ckpt-*"))]
     for stale in [results.summary_path(args.results_dir, args.run_name), *checkpoints]:

@@ -1,20 +1,5 @@
-"""What the project writes under results/ (docs/outputs.md): each file's name, its records' fields, and the one
-way it is written and read.
-
-    <run>.json             the Recorder: one run's summary                          kind "summary"
-    <run>.jsonl            the Recorder: its steps, one line each                   kind "step"
-    <run>.network.json     the launcher with --net: bytes counted on each link
-    verify.json            verify.py: the verdict                                   kind "verify"
-    bench.jsonl            python -m bench.run: one line per benchmarked run        kind "bench"
-    bench-crossover.jsonl  python -m bench.run --crossover: the same records        kind "bench"
-    bench-predict.jsonl    python -m bench.predict (and bench.run): extrapolation   kind "prediction"
-    bench-parallax.jsonl   python -m bench.predict --parallax: Parallax's points    kind "parallax point"
-    bench-overhead.json    python -m bench.overhead
-    partition-search.json  the launcher's --search_partitions
-
-A writer checks each record against its kind's FIELDS and writes files whole (a temporary name, then renamed),
-so a crash never leaves half a file; a reader gets ResultsError naming the file, line and field.
-"""
+"""The files under results/: their names, their records' required fields, and the one way to write and read them.
+Records are checked against FIELDS and files written whole, so a crash never leaves half a file (docs/outputs.md)."""
 import json
 import os
 
@@ -36,8 +21,7 @@ def network_path(results_dir, run_name):
     return os.path.join(results_dir, run_name + ".network.json")
 
 
-# The fields the report and bench read, by kind, as {path: [field]}: a path names nested objects, [] every
-# element of a list ("runs[].throughput").
+# The fields the report and bench read, by kind, as {path: [field]}; "runs[].throughput": that of every run.
 THROUGHPUT = ["median", "p16", "p84", "mean", "median_step_seconds", "measured_steps"]
 FIELDS = {
     "summary": {"": ["runner", "config", "steps", "final_loss", "throughput", "checkpoint"], "config": ["name"],
@@ -67,8 +51,7 @@ class ResultsError(Exception):
 
 
 def checked(record, kind, where):
-    """`record`, checked to have the fields of `kind` (a bench record not skipped: "measured bench" too); raises
-    ResultsError naming `where`, the path and the field."""
+    """Return `record` if it has `kind`'s fields ("measured bench" too if not skipped), else raise ResultsError."""
     kinds = [kind] + (["measured bench"] if kind == "bench" and isinstance(record, dict)
                       and "skipped" not in record else [])
     for fields in (FIELDS[k] for k in kinds):
@@ -98,14 +81,14 @@ def _at(value, steps, label):
 
 
 def write_json(path, record, kind=None):
-    """Writes `record` to `path` whole, after checking it is a record of `kind` (when given)."""
+    """Write `record` to `path` whole, checked to be of `kind` when given."""
     if kind:
         checked(record, kind, path)
     _write_whole(path, json.dumps(record, indent=2))
 
 
 def write_lines(path, records, kind=None):
-    """Writes `records` to `path` whole, one JSON line each, after checking each (when `kind` is given)."""
+    """Write `records` to `path` whole, a JSON line each, checked to be of `kind` when given."""
     for number, record in enumerate(records, 1):
         if kind:
             checked(record, kind, f"{path}:{number}")
@@ -113,8 +96,7 @@ def write_lines(path, records, kind=None):
 
 
 def append_line(path, record, kind):
-    """Appends checked `record` to the JSON-lines file at `path` in one write, so that a sweep stopped halfway
-    keeps the lines of the runs it finished."""
+    """Append `record`, checked, in one write: a sweep stopped halfway keeps the lines of the runs it finished."""
     checked(record, kind, path)
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")

@@ -1,8 +1,5 @@
-"""Each runner's own flags, beside the shared ones (flags.parser), and their checks: here, without TensorFlow,
-so that the launcher checks a job's flags once, before any task starts, exactly as the runners parse them.
-
-    args = runner_flags.parse("run_tf", __doc__)     # in run_tf.py: the shared flags, the cluster's, --sync
-"""
+"""Each runner's own flags beside the shared ones, and their checks: here, without TensorFlow, so that the launcher
+checks a job's flags once, before any task starts, as the runners parse them (`parse("run_tf", __doc__)`)."""
 import socket
 
 from harness import UsageError, cluster_spec, data, flags, models
@@ -27,8 +24,7 @@ def check_reference(args):
 
 
 def cluster(parser):
-    """The flags of a parameter-server cluster; without the first four, TF_CONFIG or the Slurm step gives it
-    (harness/cluster_spec.py)."""
+    """The flags of a parameter-server cluster; without the first four, TF_CONFIG or the Slurm step gives it."""
     flags.DEFINE_enum("job_name", None, ["ps", "worker"], "this task's job", flag_values=parser)
     flags.DEFINE_integer("task_index", None, "this task's index in its job", lower_bound=0, flag_values=parser)
     flags.DEFINE_parsed("ps_hosts", None, flags.host_list, "host:port,... of the PS tasks", parser)

@@ -1,10 +1,5 @@
-"""What a task is, and the one place where a run's tasks are started, watched and stopped.
-
-A Task is what to run: a name ("worker1", "ps0"), a command line, extra environment and a host; a starter
-(harness/starters/) is how. `run_tasks` starts a run's tasks, prefixes their output lines with their names
-and, when one fails or on Ctrl-C, stops the others: a dead task takes the run down at once, named. A Fault
-kills one task on purpose at a chosen step (the resume tests, verify --faults).
-"""
+"""What a task is, and the one place where a run's tasks are started, watched and stopped: a dead task takes
+the run down at once, named. docs/architecture.md ("The launcher") describes it."""
 import dataclasses
 import os
 import signal
@@ -17,6 +12,7 @@ from harness import events
 
 @dataclasses.dataclass
 class Task:
+    """What to run: a name ("worker1", "ps0"), a command line, extra environment and a host; a starter is how."""
     name: str
     argv: list
     env: dict = dataclasses.field(default_factory=dict)

@@ -5,9 +5,8 @@ import numpy as np
 
 
 def throughput_summary(step_seconds, step_words, unit="words"):
-    """Statistics of words/sec over the measured steps: the median and central 68% interval [p16, p84] of the
-    per-step rates (as the cosmoGAN benchmark reports), the mean with a nominal 95% interval (steps are not
-    independent), aggregate = all words / all seconds, and the median step time."""
+    """Words/sec of the measured steps: median, p16 and p84 of the per-step rates, the mean with a nominal 95%
+    interval (steps are not independent), aggregate (all words / all seconds) and the median step time."""
     seconds = np.asarray(step_seconds, dtype=np.float64)
     rates = np.asarray(step_words, dtype=np.float64) / seconds
     n = len(rates)

@@ -1,10 +1,6 @@
-"""Update rules (`Rule`: an optimizer, a learning-rate schedule, clipping) applied to the gradient of the
-global batch, and the one order in which W workers' gradients combine into it.
-
-A rule runs in three stages (`prepare_gradient`, `clip_scale`, `apply_gradient`; `update` composes them) so
-that an architecture can run them in different places (run_parallax.py). Every stage gives the same bits for
-a sparse gradient and its densified form, and for any partitioning: that is what lets the runners agree.
-"""
+"""Update rules (`Rule`) applied to the global batch's gradient, and the one order in which W workers' gradients
+combine into it. A rule's three stages may run in different places (run_parallax.py); each gives the same bits
+for a sparse gradient and its densified form, and for any partitioning. docs/architecture.md explains."""
 import dataclasses
 from typing import Callable
 
@@ -27,8 +23,8 @@ class SGD:
 
 @dataclasses.dataclass(frozen=True)
 class Adagrad:
-    """acc += g * g; var -= lr * g / sqrt(acc); a sparse gradient updates its rows only. Not TensorFlow's fused
-    kernels: they compute 1/sqrt(acc) approximately, and their dense and sparse kernels round it differently."""
+    """acc += g * g; var -= lr * g / sqrt(acc), a sparse gradient's rows only. Not TensorFlow's fused kernels: their
+    dense and sparse kernels round 1/sqrt(acc) differently."""
     initial_accumulator: float = 0.1
 
     @property
@@ -48,8 +44,8 @@ class Adagrad:
 
 @dataclasses.dataclass(frozen=True)
 class Adam:
-    """Kingma and Ba's Adam with bias correction from the step. A sparse gradient updates EVERY row, as
-    TensorFlow's Adam does: every row's moments decay each step."""
+    """Adam with bias correction from the step; a sparse gradient updates every row, whose moments all decay, as
+    TensorFlow's does."""
     beta1: float = 0.9
     beta2: float = 0.999
     epsilon: float = 1e-8
@@ -87,9 +83,8 @@ def describe(rule, names):
 
 
 def average_worker_gradients(per_worker):
-    """The global batch's gradient from W workers': dense ones summed in worker order times 1/W (Horovod's
-    Average), sparse ones concatenated in worker order, values divided by W (its allgather). With W = 2 every
-    sum is one commutative addition and halving is exact, so any correct 2-worker run matches bit for bit."""
+    """The global batch's gradient from W workers': dense ones summed in worker order times 1/W, sparse ones
+    concatenated in worker order with values / W, as Horovod's Average and allgather give them."""
     num_workers = len(per_worker)
     averaged = []
     for grads in zip(*[tf.nest.flatten(gradients) for gradients in per_worker]):
@@ -111,8 +106,8 @@ def concatenate_slices(slices, divisor=1):
 
 
 def update(params, gradients, learning_rate, step):
-    """The rule applied to the gradient of the global batch (structured as params.variable_list). Returns
-    (train_op, the global norm of the clipped variables' gradients, before clipping)."""
+    """Apply the rule to the global batch's gradient (structured as params.variable_list); return (train_op, the
+    clipped variables' global norm before clipping)."""
     names = list(params.variables)
     prepared, squares = zip(*[prepare_gradient(params, name, g) for name, g in zip(names, gradients)])
     global_norm, scale = clip_scale(params.rule, squares)
@@ -126,9 +121,8 @@ def _row_squares(values):
 
 
 def prepare_gradient(params, name, gradient):
-    """(each part's gradient, sparse ones with each row once; the squared norm, None outside the global norm).
-    The norm sums one number per row in the whole variable's row order (0 for an untouched row), so sparse and
-    dense gradients and any partitioning give it the same bits."""
+    """(each part's gradient, sparse ones with each row once; the squared norm, None outside the global norm). The
+    norm sums one number per row in the variable's row order, so any kind or partitioning gives the same bits."""
     partitioned = name in params.partitioned
     parts, gradients = (params.variables[name], gradient) if partitioned else ([params.variables[name]], [gradient])
     prepared, row_squares, norm_needed = [], [], params.rule.clipped(name)
@@ -150,8 +144,8 @@ def prepare_gradient(params, name, gradient):
 
 
 def clip_scale(rule, squares):
-    """(global norm, the factor that clips it to clip_norm) from the squared norms (None for variables outside
-    it), added in the model's order, left to right (unlike add_n, whose order is the kernel's)."""
+    """(global norm, the factor clipping it to clip_norm) from the squared norms (None: outside it), added left to
+    right in the model's order (add_n's order is the kernel's)."""
     squares = [square for square in squares if square is not None]
     total = squares[0]
     for square in squares[1:]:
@@ -163,8 +157,8 @@ def clip_scale(rule, squares):
 
 
 def apply_gradient(params, name, gradients, scale, learning_rate, step):
-    """The rule's update of variable `name` from its prepared gradients (one per part, each on its part's
-    device), times the clipping factor and the rule's scale of the variable."""
+    """The update of variable `name` from its prepared gradients (one per part), times the clipping factor and the
+    rule's scale of it."""
     rule = params.rule
     factor = scale if rule.clipped(name) else None
     if name in rule.scale:

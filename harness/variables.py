@@ -1,13 +1,6 @@
-"""A model's variables in a graph (`Params`): initial values keyed by (seed, name), sparse variables split by
-rows into parts, the update rule's slots beside them, checkpoints of whole tables; and a step's randomness
-(`StepRandom`), keyed by (seed, step) so that sharding the batch cannot change it.
-
-A model declares its variables as data (harness/models.py):
-
-    def variables(config):
-        return {"embedding": Variable([config.vocab_size, 64], uniform(0.1)),
-                "bias": Variable([64], constant(0.0))}
-"""
+"""A model's variables in a graph (`Params`: initial values keyed by (seed, name), parts, slots, whole-table
+checkpoints) and a step's randomness (`StepRandom`, keyed by (seed, step) so that sharding the batch cannot change
+it). docs/your-model.md says how a model declares its variables."""
 import dataclasses
 import math
 import zlib
@@ -28,12 +21,12 @@ class Variable:
 
 
 def uniform(scale):
-    """Uniform in [-scale, scale] (ptb_word_lm's initializer)."""
+    """Uniform in [-scale, scale]."""
     return lambda u: u * (2 * scale) - scale
 
 
 def glorot_uniform(fan_in, fan_out):
-    """Glorot and Bengio's uniform initializer (Keras's default)."""
+    """Glorot and Bengio's uniform initializer."""
     return uniform(math.sqrt(6.0 / (fan_in + fan_out)))
 
 
@@ -48,9 +41,8 @@ def constant(value):
 
 
 def part_rows(num_rows, partitions, strategy):
-    """The whole variable's rows each part holds, as ranges: "mod" (TensorFlow 1's default, which Parallax ran)
-    puts row i at row i // P of part i % P, spreading a frequency-sorted vocabulary's frequent words; "div"
-    (TensorFlow 2's) contiguous ranges, the first num_rows % P parts one row longer."""
+    """The whole variable's rows each part holds, as ranges: "mod" puts row i at row i // P of part i % P; "div"
+    gives contiguous ranges, the first num_rows % P parts one row longer."""
     if strategy == "mod":
         return [range(p, num_rows, partitions) for p in range(partitions)]
     sizes = [num_rows // partitions + (1 if p < num_rows % partitions else 0) for p in range(partitions)]
@@ -102,9 +94,8 @@ def initial_value(variable, seed, name, rows=None):
 
 
 def _philox_uniform(key, blocks):
-    """What StatelessRandomUniformV2 gives at counters `blocks` (int64) with `key`: 4 floats in [0, 1) per
-    block, with TensorFlow's Philox-4x32-10 (tensorflow/core/lib/random/philox_random.h) and its float
-    conversion (random_distributions.h), so that any set of blocks can be drawn."""
+    """What StatelessRandomUniformV2 gives at counters `blocks` (int64) with `key`, 4 floats in [0, 1) per block:
+    TensorFlow's Philox-4x32-10 and float conversion, written out so that any set of blocks can be drawn."""
     u32, u64 = tf.uint32, tf.uint64
 
     def low_high(x):
@@ -232,8 +223,7 @@ class StepRandom:
 
 
 class _WholeTable(saveable_object.SaveableObject):
-    """A partitioned variable in a checkpoint as one tensor, its parts joined in row order; restoring splits it
-    back."""
+    """A partitioned variable saved as one tensor, its parts joined in row order; restoring splits it back."""
 
     def __init__(self, parts, strategy, name):
         self.parts, self.strategy = parts, strategy

@@ -1,16 +1,7 @@
 """The word-level LSTM language model of Zaremba, Sutskever & Vinyals 2014, "Recurrent Neural Network
-Regularization" (arXiv:1409.2329), as tensorflow/models' ptb_word_lm.py builds it; plus `lm1b`, a scaled-down
-version of the sampled-softmax model of Parallax's LM1B benchmark (docs/architecture.md compares the two).
-
-Variables (d = the hidden size, or the projection's):
-
-    embedding           [vocab, d]          gathered by word: a sparse gradient
-    lstm_<l>/kernel     [2*d, 4*hidden]     gates i, j, f, o of layer l
-    lstm_<l>/bias       [4*hidden]
-    lstm_<l>/projection [hidden, d]         only with a projection (lm1b)
-    softmax_w           [vocab, d]          one row per word; gathered, so sparse, with a sampled softmax
-    softmax_b           [vocab]
-"""
+Regularization" (arXiv:1409.2329), configs small and medium, as tensorflow/models' ptb_word_lm.py builds it; plus
+`lm1b`, a scaled-down version of the sampled-softmax model of Parallax's LM1B benchmark. docs/architecture.md
+describes both."""
 import dataclasses
 import math
 
@@ -64,14 +55,12 @@ CONFIGS = {
     "lm1b": Config("lm1b", vocab_size=793_470, hidden_size=2048, num_layers=1, num_steps=20, batch_size=128,
                    init_scale=0.05, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9, max_epoch=4, lr_decay=0.5,
                    projection_size=32, num_sampled=8192, forget_bias=1.0, update="parallax_lm1b"),
-    # lm1b's tables and candidates with a 64-unit LSTM and a quarter of its batch: the sparse rows dominate a
-    # step (make bench BENCH=crossover).
+    # lm1b's tables and candidates, a 64-unit LSTM, a quarter of its batch: sparse rows dominate (BENCH=crossover).
     "lm1b-sparse": Config("lm1b-sparse", vocab_size=793_470, hidden_size=64, num_layers=1, num_steps=20,
                           batch_size=32, init_scale=0.05, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9,
                           max_epoch=4, lr_decay=0.5, projection_size=32, num_sampled=8192, forget_bias=1.0,
                           update="parallax_lm1b"),
-    # lm1b's code paths at test size; a projection of 6 puts partitions at rows that do not start a Philox
-    # block of 4 numbers.
+    # lm1b's code paths at test size; a projection of 6 makes partitions start inside a Philox block of 4.
     "lm1b-tiny": Config("lm1b-tiny", vocab_size=500, hidden_size=16, num_layers=1, num_steps=5, batch_size=4,
                         init_scale=0.1, learning_rate=0.2, max_grad_norm=10.0, keep_prob=0.9, max_epoch=4,
                         lr_decay=0.5, projection_size=6, num_sampled=32, forget_bias=1.0, update="parallax_lm1b"),
@@ -109,9 +98,8 @@ def state_shape(config):
 
 
 def update_rule(config):
-    """ptb_word_lm's SGD with every gradient clipped by one global norm; or Parallax's LM1B rule
-    (examples/lm1b/language_model_graph.py): Adagrad from 1.0, only the LSTM clipped, the embedding's gradient
-    times the batch size."""
+    """ptb_word_lm's SGD with every gradient clipped by one global norm; or Parallax's LM1B rule: Adagrad from 1.0,
+    only the LSTM clipped, the embedding's gradient times the batch size."""
     def rate(step, epoch):  # constant for max_epoch epochs, then decayed by lr_decay per epoch
         decays = tf.cast(tf.maximum(epoch + 1 - config.max_epoch, 0), tf.float32)
         return config.learning_rate * tf.pow(tf.constant(config.lr_decay, tf.float32), decays)

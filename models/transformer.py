@@ -1,14 +1,9 @@
 """The Transformer of Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762), as a decoder-only
-(causal) word-level language model on the LSTM's corpora: the paper's decoder blocks without the attention
-to an encoder, and its optimiser, schedule and regularisation.
+word-level language model: the paper's post-norm decoder blocks (3.1-3.5) without encoder attention, its Adam and
+warm-up schedule (5.3), residual dropout and label smoothing (5.4), no gradient clipping.
 
-Kept from the paper: post-norm residual blocks (3.1, 5.4); masked multi-head attention, the ReLU feed-forward
-network, scaled embeddings and sinusoidal encodings (3.2-3.5); Adam with the warm-up schedule (5.3); residual
-dropout and label smoothing (5.4); no gradient clipping.
-
-Not kept: the embedding is not tied to the output softmax (3.4). A tied table's gradient would be dense plus
-sparse, so the runners would treat it as dense; untied, the gathered embedding's gradient is sparse and the
-hybrid places it on the parameter servers. Every other variable (layer_<l>/..., softmax_w, softmax_b) is dense.
+Configs: small (a quarter of the base widths, 2 of 6 blocks), base (the paper's base shape), tiny (for tests).
+Unlike the paper (3.4) the embedding is not tied to the softmax, so that its gradient stays sparse.
 """
 import dataclasses
 import math
@@ -51,8 +46,7 @@ CONFIGS = {
 
 UNIT = "words"
 BENCH_CONFIGS = ("small", "base")  # a light and a heavy dense step beside the same sparse embedding
-# With more than two workers, ReLU's kinks and Adam's step (about the learning rate, whatever the gradient)
-# enlarge the ring's rounding differences; 1e-2 still catches a lost step.
+# Beyond two workers ReLU's kinks and Adam's steps enlarge the ring's rounding (docs/your-model.md, section 5).
 TOLERANCE = (1e-2, 1e-7)
 
 
@@ -86,8 +80,7 @@ def variables(config):
 
 
 def update_rule(config):
-    """The paper's Adam and schedule (5.3), d_model^-0.5 * min(t^-0.5, t * warmup^-1.5) at the t-th step (the
-    toolkit counts steps from 0); clip_norm 0: no clipping."""
+    """The paper's Adam and schedule (5.3), d_model^-0.5 * min(t^-0.5, t * warmup^-1.5), t counted from 1."""
     def rate(step, epoch):
         t = tf.cast(step, tf.float32) + 1.0
         return config.d_model ** -0.5 * tf.minimum(tf.math.rsqrt(t), t * config.warmup_steps ** -1.5)

@@ -1,7 +1,5 @@
-"""python -m reporting --results_dir=results --out_dir=report: the PDF report from the results alone.
-
-Exit status 0 with the report written; 2 on bad flags or input that cannot be read (one line naming the flag,
-or the file and line)."""
+"""python -m reporting --results_dir=results --out_dir=report: the PDF report from the results alone (docs/report.md).
+Exit status 0 with the report written, 2 on bad flags or unreadable input (one line naming the flag or file)."""
 import harness
 from harness import UsageError, flags
 from harness.results import ResultsError

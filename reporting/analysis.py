@@ -3,9 +3,8 @@ import collections
 import dataclasses
 import statistics
 
-# Parallax's published speedups on NLP models with 48 GPUs (Kim et al., EuroSys 2019, arXiv:1808.02621,
-# abstract): the only numbers in the report that are not measured here, drawn as markers and labelled as the
-# paper's.
+# Parallax's published speedups on NLP models with 48 GPUs (arXiv:1808.02621, abstract): the report's only numbers
+# not measured here, drawn as markers labelled as the paper's.
 PUBLISHED_PARALLAX = {"gpus": 48, "over": {"tf": 2.8, "horovod": 6.02}}
 
 
@@ -62,7 +61,7 @@ def bench_groups(rows):
 
 
 def scaling(rows, one_device):
-    """Each row's point, its efficiency its speed-up over `one_device` (words/sec) per worker."""
+    """Each row's point; efficiency is the speed-up over `one_device` (words/sec) per worker."""
     return [ScalingPoint(row.workers, row.median, row.p16, row.p84,
                          row.median / one_device / row.workers if one_device else None)
             for row in sorted(rows, key=lambda row: row.workers)]

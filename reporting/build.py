@@ -6,8 +6,8 @@ from reporting import correctness, discussion, load, overview, speed, typeset
 
 
 def build(results_dir, out_dir):
-    """Returns the path of the PDF. An earlier report.pdf and its figures are removed first: they must not stand
-    for these results if this build fails."""
+    """Build the report and return the PDF's path; an earlier report.pdf and its figures go first, so that they
+    never stand for these results if this build fails."""
     stale = os.path.join(out_dir, "report.pdf")
     if os.path.exists(stale):
         os.remove(stale)

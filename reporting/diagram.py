@@ -1,7 +1,5 @@
-"""The figure of where each architecture keeps the variables and what crosses which link in one step.
-
-Sizes come from the variables a run's summary records (their shapes and the kinds of their gradients), so any
-model is drawn as the runners built it."""
+"""The figure of where each architecture keeps the variables and what crosses which link in one step. Sizes
+come from the variables a run's summary records, so any model is drawn as the runners built it."""
 import dataclasses
 import math
 
@@ -36,8 +34,8 @@ def sizes(summary):
 
 
 def architectures(s, workers, ps, rows_per_step, path):
-    """Three panels: parameter servers, allreduce, hybrid. Boxes are tasks, arrows links, labels what one step
-    moves over them; `rows_per_step`: the sparse rows run_parallax.py's servers received per step, or None."""
+    """Draw three panels (parameter servers, allreduce, hybrid): boxes are tasks, arrows links, labels what a step
+    moves; `rows_per_step`: the sparse rows run_parallax.py's servers received per step, or None."""
     figure, panels = plt.subplots(1, 3, figsize=(7.2, 3.4))
     dense, sparse = blocks.byte_count(s.dense_bytes), "+".join(s.sparse_names)
     rows = (f"{rows_per_step:.0f} rows x {blocks.byte_count(s.row_bytes)}" if rows_per_step

@@ -34,8 +34,7 @@ def _verify_speed(runs):
 
 
 def _bench_group(config, link, group, rows):
-    """A paragraph: the order of the runs the model explains at the largest W all reached, why (the bytes and
-    which term limits each), the runs it does not explain, and the scaling over one device."""
+    """A group's paragraph: the runs the model explains ranked at the largest common W, and why; the rest; scaling."""
     common = set.intersection(*({p.workers for p in ps} for ps in group.points.values()))
     where = f"{config} config, {link or 'loopback'} links"
     if not common:

@@ -1,15 +1,5 @@
-"""Reads results/ into the report's view of it, with harness/results.py's names, fields and readers
-(docs/outputs.md).
-
-    verify.json            make verify's verdict                       -> Results.verify (None: not run)
-    <run>.json, .jsonl     every run's summary and its steps            -> Results.runs
-    bench.jsonl            make bench, one line per benchmarked run     -> Results.bench (None: not run)
-    bench-predict.jsonl    python -m bench.predict's extrapolation      -> Results.predictions (None: not run)
-    bench-parallax.jsonl   bench.predict --parallax's twelve points     -> Results.parallax (None: not run)
-
-Anything that cannot be read is a ResultsError naming the file (and line): the report is never built from
-half of a file.
-"""
+"""Read results/ (docs/outputs.md) into the report's view of it, with harness/results.py's names and readers.
+Anything unreadable is a ResultsError naming the file and line: the report is never built from half a file."""
 import dataclasses
 import glob
 import os
@@ -28,8 +18,7 @@ class Run:
 
 @dataclasses.dataclass
 class BenchRow:
-    """One line of bench.jsonl (bench/run.py's record). Every field the report uses from it is read in
-    _bench_row and nowhere else."""
+    """One line of bench.jsonl; every field the report uses from it is read in _bench_row and nowhere else."""
     name: str                     # the runner as the report names it (palette.key): tf, horovod-dense, ...
     config: str
     workers: int
@@ -112,8 +101,7 @@ class Results:
 
 
 def load_models(directory):
-    """[(model, Results)]: the results in `directory` (model None), or, when it holds none itself, those of each
-    of its subdirectories that holds some (make's RESULTS/<model>/)."""
+    """[(model, Results)]: `directory`'s results (model None), or else its subdirectories' (RESULTS/<model>/)."""
     own = load(directory)
     if not own.empty:
         return [(None, own)]
@@ -181,8 +169,7 @@ def _bench_row(record):
 
 
 def _busiest(per_machine):
-    """The largest of every machine's bytes sent and received per step ([{"sent", "received"}]): the link that
-    sets the network's share of the step."""
+    """The most bytes any machine sent or received per step: the link that sets the network's share of the step."""
     if not per_machine:
         return None
     return max(float(value) for machine in per_machine for value in (machine["sent"], machine["received"]))

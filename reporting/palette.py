@@ -1,13 +1,10 @@
-"""One colour per run, the same in every plot: the registry's (harness/experiments.py), the only place colours
-are chosen.
-
-A run's results carry its name with a prefix (verify's summary `verify-tf`) or the script that wrote them (a
-summary's runner `run_tf`); `key` reduces them to the run's name, and `colour` maps that name."""
+"""One colour per run, the same in every plot, from the registry (harness/experiments.py), where colours are chosen.
+`key` reduces a result's name (verify-tf, run_tf) to its run's, and `colour` maps that."""
 import zlib
 
 from harness.experiments import RUNS, SCRIPTS
 
-# For runs the registry does not know, chosen by the name's checksum so that a run keeps its colour.
+# For runs the registry does not know, by the name's checksum so that a run keeps its colour.
 SPARE = ["#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#ff7f0e"]
 _SCRIPT_RUNS = {"run": "reference", **{script.removesuffix(".py"): name for name, script in SCRIPTS.items()}}
 

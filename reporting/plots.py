@@ -1,6 +1,5 @@
-"""The figures, drawn with matplotlib and saved as SVG (vector: sharp at any zoom in the PDF).
-
-Every function takes numbers already read from results/ and a path; colours come from palette.colour only."""
+"""The figures, drawn with matplotlib as SVG (sharp at any zoom in the PDF) from numbers already read from results/;
+colours come from palette.colour only."""
 import matplotlib
 
 matplotlib.use("Agg")  # no display: files only
@@ -20,9 +19,8 @@ def _save(figure, path):
 
 
 def loss_curves(runs, reference, path):
-    """Left: the loss of every run per step, overlaid; runs identical to the reference must lie on it, so each
-    later line is drawn thinner and dashed over the earlier ones. Right: |loss - reference's| per step, where
-    identical runs are exactly 0."""
+    """Left: every run's loss per step, each later line thinner and dashed so that runs lying on the reference stay
+    visible. Right: |loss - reference's| per step, exactly 0 for identical runs."""
     figure, (curves, gaps) = plt.subplots(1, 2, figsize=(7.0, 3.6))
     for order, run in enumerate(runs):
         steps = [r["step"] for r in run.steps]
@@ -176,8 +174,7 @@ def parallax_points(points, path):
 
 def crossover(allgather, hybrid, title, path):
     """`allgather`, `hybrid`: (runner name, {W: (measured, model's words/sec)}). Left: words/sec against workers,
-    measured (markers) and the model's (line). Right: the hybrid's words/sec over allgather's, measured and by
-    the model; above 1 the hybrid is faster."""
+    measured (markers) and the model's (line). Right: the hybrid's over allgather's; above 1 the hybrid is faster."""
     figure, (rates, ratio) = plt.subplots(1, 2, figsize=WIDE)
     for name, points in (allgather, hybrid):
         workers, colour = sorted(points), palette.colour(name)

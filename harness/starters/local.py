@@ -12,9 +12,8 @@ from harness import lifeline, tasks
 
 
 class LocalProcess:
-    """A task as a local child process, in a process group of its own so that stopping it reaches all it
-    started; it dies with the launcher, even one killed with -9. Workers spread over `machines` loopback
-    addresses (tasks.place)."""
+    """A task as a local child process, in a process group of its own so that stopping it reaches all it started;
+    it dies with the launcher, even one killed with -9. Workers spread over `machines` loopback addresses."""
 
     network_interface = None  # Horovod's ranks talk over the interface towards the first worker
 
@@ -34,14 +33,13 @@ class LocalProcess:
         self.close()
 
     def close(self):
-        """Removes what the starter built for the run (namespaces, containers, networks): nothing here."""
+        """Remove what the starter built for the run (namespaces, containers, networks): nothing here."""
 
     def place(self, num_workers, num_ps):
         return tasks.place(num_workers, num_ps, machines=self.machines)
 
     def byte_counter(self):
-        """What counts the bytes each machine's link carries (netns.ByteCounter), or None: machines without
-        links of their own."""
+        """What counts each machine's link's bytes (netns.ByteCounter), or None: here no machine has a link."""
         return None
 
     def start(self, task, stdin=subprocess.DEVNULL):
@@ -53,9 +51,8 @@ class LocalProcess:
         lifeline.stop_all(processes, grace_seconds)
 
     def free_ports(self, host, count):
-        """Ports free on this machine now and not given before, for tasks that bind them moments later: drawn
-        below the kernel's ephemeral range, which outgoing connections (the tasks' own gRPC clients) could take
-        in between."""
+        """Ports free now and not given before, drawn below the ephemeral range: an outgoing connection (a task's
+        gRPC client) could take one there before its task binds it."""
         candidates, ports = iter(random.sample(listening_ports(), k=len(listening_ports()))), []
         while len(ports) < count:
             port = next(candidates, None)
@@ -87,9 +84,8 @@ def listening_ports():
 
 
 def isolate_network():
-    """Moves this process and its tasks into a network namespace of its own with only a loopback; returns
-    whether it could (it needs root). TensorFlow's gRPC server listens on every interface, with no option, so
-    this is what keeps a local run's servers out of anyone else's reach."""
+    """Move this process and its tasks into a network namespace with only a loopback; return whether it could
+    (it needs root). TensorFlow's servers listen on every interface: this keeps them out of others' reach."""
     CLONE_NEWNET, SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x40000000, 0x8913, 0x8914, 0x1
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(CLONE_NEWNET) != 0:

@@ -1,6 +1,5 @@
-"""Horovod's ranks started by OpenMPI's mpirun (launch --mpi, make run-horovod MPI=1) with Horovod's MPI
-controller instead of the launcher's Gloo rendezvous. mpirun is one local task that starts every rank itself
-(here, over its own ssh, or through Slurm), tags each line with its rank and stops all when one dies."""
+"""Horovod's ranks started by OpenMPI's mpirun (launch --mpi, make run-horovod MPI=1; docs/cluster.md): one local
+task that starts every rank itself, tags each line with its rank and stops all when one dies."""
 import os
 import shutil
 
@@ -8,7 +7,7 @@ import harness
 
 
 def check():
-    """UsageError unless mpirun is installed and Horovod was built with MPI."""
+    """Raise UsageError unless mpirun is installed and Horovod was built with MPI."""
     import horovod.tensorflow as hvd
     if not shutil.which("mpirun"):
         raise harness.UsageError("--mpi: no mpirun: apt-get install openmpi-bin libopenmpi-dev, then make setup")
@@ -18,7 +17,7 @@ def check():
 
 
 def command(worker_hosts, argv):
-    """mpirun's command line for the ranks of `argv`, rank r on worker_hosts[r]."""
+    """Return mpirun's command line for the ranks of `argv`, rank r on worker_hosts[r]."""
     hosts = ",".join(f"{host}:{worker_hosts.count(host)}" for host in dict.fromkeys(worker_hosts))
     # --bind-to none: mpirun would pin each rank to a core, and the tasks of a run share this machine's cores.
     return ["mpirun", *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "-np", str(len(worker_hosts)),

@@ -1,17 +1,5 @@
-"""An emulated cluster on this machine: every machine is a network namespace of its own, joined to one switch by
-a link whose two directions are shaped to a given rate, as Mininet's TCLink builds a link.
-
-    python -m harness.launch tf --workers=2 --ps=2 --net=100mbit -- ...         (make run-tf NET=100mbit)
-
-    namespace lstmnet-<launcher pid>-switch:  bridge "switch" (198.19.255.254/15, the launcher's address)
-        |  veth m0 ----- eth0  namespace lstmnet-<pid>-m0  198.18.0.1/15   worker0, ps0
-        |  veth m1 ----- eth0  namespace lstmnet-<pid>-m1  198.18.0.2/15   worker1, ps1
-
-Both ends of every veth pair are shaped to the link's rate: the machine's end what it sends, the switch's end
-what it receives. Tasks on one machine talk over its loopback, unshaped, as on a real machine. Addresses are
-from 198.18.0.0/15 (RFC 2544's benchmark range). Names carry the launcher's pid, so a run removes what a
-launcher killed with -9 left behind.
-"""
+"""An emulated cluster (--net): a network namespace per machine, joined to a switch by links shaped as Mininet's
+TCLink shapes them. docs/bench.md, "The emulated cluster", explains it."""
 import ctypes
 import dataclasses
 import ipaddress
@@ -30,14 +18,14 @@ from harness.starters.local import LocalProcess
 PREFIX = "lstmnet"
 INTERFACE = "eth0"  # every machine's end of its link; Horovod's ranks talk over it
 SWITCH_ADDRESS = "198.19.255.254"  # the launcher, in the switch's namespace (Horovod's rendezvous runs there)
-FIRST_MACHINE = ipaddress.ip_address("198.18.0.1")
+FIRST_MACHINE = ipaddress.ip_address("198.18.0.1")  # RFC 2544's benchmark range: no real network's
 PREFIX_LENGTH = 15
 CLONE_NEWNET, CLONE_NEWUTS = 0x40000000, 0x04000000
 HZ = 250  # this kernel's timer frequency: a token bucket must hold at least one tick's worth of bytes
 
 
 def ip(*args, namespace=None):
-    """Runs `ip [-n namespace] args`; a failure is bad input or environment, reported in one line."""
+    """Run `ip [-n namespace] args`; a failure is bad input or environment, reported in one line."""
     command = ["ip", *(["-n", namespace] if namespace else []), *args]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode:
@@ -47,8 +35,7 @@ def ip(*args, namespace=None):
 
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """One machine's link: at most `bits_per_second` in each direction and, where the kernel has netem, every
-    packet delayed by `delay` (e.g. "5ms"); without netem a delay is refused, never faked."""
+    """One machine's link: `bits_per_second` each way and, where the kernel has netem, `delay` (e.g. "5ms")."""
     bits_per_second: int
     delay: str = None
 
@@ -81,8 +68,8 @@ class Link:
         return self.rate + (f" delay {self.delay}" if self.delay else "")
 
     def shape(self, device, namespace):
-        """Limits what `device` in `namespace` sends: one htb class at the rate (no borrowing), a bucket of 10 ms
-        of traffic (at least one timer tick's and Mininet's 15 kB), and netem below it for a delay."""
+        """Limit what `device` sends: an htb class at the rate, a bucket of 10 ms of traffic (at least a timer
+        tick's and Mininet's 15 kB), netem below it for a delay."""
         bucket = max(15_000, self.bits_per_second // 8 // 100, self.bits_per_second // 8 // HZ)
         rate = self.rate
         tc(namespace, "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "1")
@@ -118,8 +105,7 @@ def place(addresses, num_workers, num_ps, separate_ps=False):
 
 
 class EmulatedCluster:
-    """`machines` namespaces joined to a switch by links like `link` (None: not shaped); `build` and `remove`,
-    or a context manager."""
+    """`machines` namespaces joined to a switch by links like `link` (None: unshaped); also a context manager."""
 
     def __init__(self, machines, link):
         self.machines, self.link = machines, link
@@ -172,8 +158,8 @@ class EmulatedCluster:
         return self.namespaces[self.addresses.index(address)]
 
     def join_switch(self):
-        """Moves this thread (and the threads it starts from now on) into the switch's namespace, where the
-        machines reach it at SWITCH_ADDRESS: the launcher's Horovod rendezvous must be reachable from them."""
+        """Move this thread (and those it starts) into the switch's namespace, where the machines reach the
+        launcher's Horovod rendezvous at SWITCH_ADDRESS."""
         _enter(f"/run/netns/{self.switch}")
 
     def counters(self):
@@ -196,7 +182,7 @@ def _enter(path):
 
 
 def _remove(namespaces):
-    """Kills whatever still runs in `namespaces` and deletes them (their veth pairs go with them)."""
+    """Kill whatever still runs in `namespaces` and delete them (their veth pairs go with them)."""
     existing = set(_our_namespaces())
     for namespace in namespaces:
         if namespace not in existing:
@@ -223,7 +209,7 @@ def left_behind():
 
 
 def remove_left_behind():
-    """Removes, and names, the namespaces of launchers that no longer run."""
+    """Remove, and name, the namespaces of launchers that no longer run."""
     owners = {}
     for namespace in left_behind():
         owners.setdefault(namespace.split("-")[1], []).append(namespace)
@@ -234,8 +220,7 @@ def remove_left_behind():
 
 
 class NetnsProcess(LocalProcess):
-    """A task as a local child process in its machine's namespace, with the machine's address as host name:
-    software that finds its address from the host name (Gloo does) then finds the machine's, not loopback."""
+    """A task in its machine's namespace, with the machine's address as host name: Gloo finds its address from it."""
 
     network_interface = INTERFACE
 
@@ -245,8 +230,7 @@ class NetnsProcess(LocalProcess):
 
     @classmethod
     def from_flags(cls, args):
-        """Builds the cluster of --machines (and one per parameter server with --separate_ps) and moves this
-        thread into its switch's namespace."""
+        """Build the cluster (--machines, plus one per server with --separate_ps) and join its switch."""
         # SIGTERM must unwind like Ctrl-C, through the tasks' stop and the cluster's removal.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         cluster = EmulatedCluster(args.machines + args.ps * args.separate_ps, args.net).build()
@@ -284,15 +268,15 @@ class NetnsProcess(LocalProcess):
                                 errors="replace", preexec_fn=in_machine)
 
     def free_ports(self, host, count):
-        """A machine's namespace is new and holds only this run's tasks: ports are handed out in order."""
+        """Ports in order: a machine's namespace is new and holds only this run's tasks."""
         first = self.next_port.get(host, 20000)
         self.next_port[host] = first + count
         return list(range(first, first + count))
 
 
 class ByteCounter:
-    """Each machine's bytes over the measured steps, read when the chief announces their beginning and end
-    (harness/events.py): both at the same point of a step, so the difference covers whole steps."""
+    """Each machine's bytes over the measured steps, read at the chief's announcements of their start and end:
+    both at the same point of a step, so the difference covers whole steps."""
 
     def __init__(self, cluster):
         self.cluster = cluster

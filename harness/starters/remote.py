@@ -1,5 +1,4 @@
-"""What the starters of tasks on other hosts share: the heartbeat of a remote task's lifeline.py (ssh.py,
-docker.py), and `OnHosts`, the base of starters on named hosts' slots (ssh.py, srun.py)."""
+"""Shared by starters on other hosts: the heartbeat to a task's lifeline.py, and `OnHosts`, the base of ssh and srun."""
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from harness.starters.local import LocalProcess
 
 
 def heartbeat(process):
-    """Tells the task's lifeline.py that the launcher is alive, until the connection is gone."""
+    """Tell the task's lifeline.py that the launcher is alive, until the connection is gone."""
     while process.poll() is None:
         try:
             process.stdin.write("\n")
@@ -28,9 +27,8 @@ PROBE = ("import os, socket, sys; s = [socket.socket() for _ in range(int(sys.ar
 
 
 def probe(command, host, count):
-    """(`count` ports free on `host` now, whether it sees this working directory: a token file written here),
-    by a small Python program run there through `command` (argv -> its command line on `host`). A host where
-    it fails (unreachable, no working directory, no .venv) is a UsageError naming it."""
+    """Return (`count` ports free on `host`, whether it sees a token file written here), by a probe run through
+    `command` (argv -> its command line on `host`); a host where it fails is a UsageError naming it."""
     token = uuid.uuid4().hex
     marker = os.path.join(os.getcwd(), f".launch-probe-{token}")
     with open(marker, "w") as f:
@@ -49,8 +47,7 @@ def probe(command, host, count):
 
 
 class OnHosts(LocalProcess):
-    """Tasks on the slots of `hosts` ([(host, slots)]), each started by a local client process that `command`
-    (host, argv) builds: the workers fill the slots in order, the parameter servers go round the hosts."""
+    """Tasks on the slots of `hosts` ([(host, slots)]), each started by a local client that `command` builds."""
 
     def __init__(self, hosts):
         self.hosts = hosts
@@ -68,8 +65,7 @@ class OnHosts(LocalProcess):
         return ports
 
     def shares_workdir(self, host):
-        """Whether `host` sees this working directory, where the chief writes what verify and the partition
-        search read back."""
+        """Whether `host` sees this working directory, where the chief writes what verify and partition search read."""
         if host not in self.shared:
             self.free_ports(host, 0)
         return self.shared[host]

@@ -1,8 +1,5 @@
-"""Tasks as Slurm job steps inside the allocation the launcher runs in (launch --slurm; slurm/*.sbatch).
-
-One `srun` per task, not one `srun --multi-prog`, so that each task is a process of its own to the launcher
-with its own exit status and address (docs/cluster.md).
-"""
+"""Tasks as Slurm job steps of the launcher's allocation (launch --slurm), one srun per task, not --multi-prog, so
+that each has its own exit status and address; docs/cluster.md explains."""
 import dataclasses
 import os
 import re
@@ -32,9 +29,8 @@ def allocation():
 
 
 class Srun(OnHosts):
-    """A task as a job step of its own on one node, whose local srun client stands for it (exit status,
-    SIGTERM). --overlap lets the steps share the allocation's CPUs, as tasks outnumber cores; without it a step
-    waits for CPUs another holds. Slurm stops every step when the job ends."""
+    """A task as a job step on one node, its local srun client standing for it; --overlap lets the steps share
+    CPUs, as tasks outnumber cores (without it a step waits for CPUs another holds)."""
 
     @classmethod
     def from_flags(cls, args):

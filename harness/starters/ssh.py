@@ -11,9 +11,8 @@ from harness.starters.remote import OnHosts, heartbeat
 
 
 class Ssh(OnHosts):
-    """A task on its host, run by a local ssh client (keys, no passwords), with the repository, its .venv and
-    the working directory at the same paths on every host. The task runs under lifeline.py, so a closed
-    connection or a host off the network stops it; here, ssh's keep-alives notice such a host."""
+    """A task on its host, run by a local ssh client (keys, no passwords; docs/cluster.md). It runs under
+    lifeline.py, so a closed connection stops it; here, ssh's keep-alives notice a host gone off the network."""
 
     def __init__(self, hosts, config_file=None):
         super().__init__(hosts)
