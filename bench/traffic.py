@@ -138,6 +138,9 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     if architecture in ("hybrid", "hybrid-local"):
         found += _ring(num_workers, sum(v.bytes for v in dense if v.name in wanted))
     groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
+    # each group's distinct rows of each sparse variable, found once for all its parts
+    pushed = {v.name: [np.unique(np.concatenate([step_rows[w][v.name][1] for w in group])) for group in groups]
+              for v in sparse if v.name in wanted}
     for v, rows, p in (part for part in _placed(architecture, variables, num_ps, partitions)
                        if part[0].name in wanted):
         ps = f"ps{p}"
@@ -148,8 +151,7 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
                 gathered = _count(step_rows[w][v.name][0], rows)
                 found += [(f"worker{w}", ps, gathered * INDEX_BYTES, PULL, "pull"),
                           (ps, f"worker{w}", gathered * v.row_bytes, PULL, "pull")]
-        for group in (groups if v.kind == "sparse" else []):
-            distinct = np.unique(np.concatenate([step_rows[w][v.name][1] for w in group]))
+        for group, distinct in zip(groups, pushed.get(v.name, [])):
             found.append((f"worker{group[0]}", ps, _count(distinct, rows) * (v.row_bytes + INDEX_BYTES),
                           EXCHANGE, "push"))
     return found
@@ -336,11 +338,12 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     else:  # every worker sends its rows as they are
         local, pushed = 0.0, {v.name: sent(v, everyone) for v in sparse}
     # the busiest server adds the workers' dense gradients, deduplicates and applies the rows of its parts
+    union = {v.name: np.unique(np.concatenate(pushed[v.name])) for v in sparse}
     per_server = [[] for _ in range(num_ps)]
     for v, rows, p in _placed(architecture, variables, num_ps, partitions):
         per_server[p].append(costs.work(0, 0, (num_workers - 1) * v.bytes, v.bytes) if v.kind == "dense" else
                              costs.work(sum(_count(u, rows) for u in pushed[v.name]) * v.row_bytes,
-                                        _count(np.unique(np.concatenate(pushed[v.name])), rows) * v.row_bytes))
+                                        _count(union[v.name], rows) * v.row_bytes))
     server = max((max(work, default=0.0) if costs.parallel_parts else sum(work)) for work in per_server)
     replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
         costs.work(0, 0, dense_applied=dense_bytes)
@@ -355,16 +358,18 @@ def predict(architecture, variables, rows, num_workers, num_ps, machine_of, byte
     groups = machine_groups(machine_of, num_workers)
     steps = rows.steps or [None]
 
-    def seconds(step, phase, only=None):
-        return phase_seconds(flows(architecture, variables, step, num_workers, num_ps, partitions, groups, only),
-                             phase, machine_of, bytes_per_second, costs)
+    def seconds(step, found, phase, only=None):  # found: the step's flows, all of them
+        some = found if only is None else flows(architecture, variables, step, num_workers, num_ps, partitions,
+                                                groups, only)
+        return phase_seconds(some, phase, machine_of, bytes_per_second, costs)
     names, per_machine, network = [v.name for v in variables], [], []
     for step in steps:
-        per_machine.append(link_bytes(flows(architecture, variables, step, num_workers, num_ps, partitions, groups),
-                                      machine_of))
-        network.append(seconds(step, None) if overlap_phases else
-                       pull_before_compute(functools.partial(seconds, step, PULL), names, needed, compute_seconds)
-                       + exchange_after_compute(functools.partial(seconds, step, EXCHANGE), names, ready,
+        found = flows(architecture, variables, step, num_workers, num_ps, partitions, groups)
+        per_machine.append(link_bytes(found, machine_of))
+        network.append(seconds(step, found, None) if overlap_phases else
+                       pull_before_compute(functools.partial(seconds, step, found, PULL), names, needed,
+                                           compute_seconds)
+                       + exchange_after_compute(functools.partial(seconds, step, found, EXCHANGE), names, ready,
                                                 compute_seconds))
     update = [update_seconds(architecture, variables, step, num_workers, num_ps, partitions, costs, groups)
               for step in steps]
