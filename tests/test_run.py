@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, bit_identical, checkpoint_tensors, read_jsonl, run_script
+from harness import UsageError, runner_flags
 
 TINY = ["--config=tiny", "--steps=60", "--warmup_steps=10", "--log_every=20"]
 
@@ -140,6 +141,16 @@ def test_flags_from_a_flagfile_and_help(tmp_path, assert_usage_error):
     (["--flagfile=no/such/file"], "--flagfile"),
     (["--results_dir=/proc/results"], "--results_dir=/proc/results"),  # writable by its mode bits, not in fact
 ])
+def test_bad_input_is_named_by_the_flags_check(tmp_path, monkeypatch, flags, named):
+    """run.py's flags check, in this process: test_bad_input_is_one_line_and_exit_2 shows how run.py reports it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as error:
+        runner_flags.parse("run", "", ["--config=tiny", *flags])
+    assert named in str(error.value)
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("flags, named", [(["--steps=0"], "--steps"), (["--emulate_workers=3"], "3 workers")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
     result = run_script("run.py", "--config=tiny", *flags, cwd=tmp_path)
     assert_usage_error(result, named)

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import REPO, bit_identical, checkpoint_tensors, launch_and_wait, run_script
+from harness import UsageError, runner_flags
 
 TINY = ["--config=tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
 
@@ -64,8 +65,12 @@ CLUSTER = {"ps": ["127.0.0.1:5000"], "worker": ["127.0.0.1:5001", "127.0.0.1:500
     (json.dumps({"cluster": {"worker": CLUSTER["worker"]}, "task": {"type": "worker", "index": 0}}),
      "needs a ps job"),
 ])
-def test_a_malformed_tf_config_is_one_line_and_exit_2(tmp_path, assert_usage_error, tf_config, named):
-    assert_usage_error(run_with_tf_config("run_tf.py", tf_config, tmp_path), named)
+def test_a_malformed_tf_config_is_named_by_the_flags_check(monkeypatch, tf_config, named):
+    """run_tf.py's flags check, in this process; run_parallax.py's case below shows the one line and exit 2."""
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(UsageError) as error:
+        runner_flags.parse("run_tf", "", ["--config=tiny"])
+    assert named in str(error.value)
 
 
 def test_run_parallax_reads_tf_config_too(tmp_path, assert_usage_error):

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO, read_jsonl
 import checkpoints_compare
-from harness import models
+from harness import UsageError, models
 import verify as verify_module
 
 TINY = ["--config=tiny", "--steps=30", "--warmup_steps=5", "--log_every=30"]
@@ -87,6 +87,16 @@ def test_negative_controls_are_caught_and_reported_by_variable(tmp_path, control
     (["--runner_args=tf=--sync=maybe"], "run tf: --sync=maybe"),
     (["--faults", "--steps=3", "--warmup_steps=1"], "--faults: --steps=3"),
 ])
+def test_bad_input_is_named_by_the_flags_check(tmp_path, monkeypatch, flags, named):
+    """verify's flags check, in this process, before any run: the next test shows how verify.py reports it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as error:
+        verify_module.parse_flags([*TINY, *flags])
+    assert named in str(error.value)
+
+
+@pytest.mark.parametrize("flags, named", [(["--rtol=nan"], "--rtol=nan"),
+                                          (["--runner_args=tf=--sync=maybe"], "run tf: --sync=maybe")])
 def test_bad_input_is_one_line_and_exit_2_before_any_run(tmp_path, assert_usage_error, flags, named):
     result = verify(*flags, cwd=tmp_path)
     assert_usage_error(result, named)
