@@ -33,8 +33,12 @@ def _verify_speed(runs):
               "read these figures as a smoke test; the comparison is the benchmark's.")
 
 
+TIER = 0.9  # runs within 10% of a tier's fastest are one tier: one run each, their order is noise
+
+
 def _bench_group(config, link, group, rows):
-    """A group's paragraph: the runs the model explains ranked at the largest common W, and why; the rest; scaling."""
+    """A group's paragraph: the runs the model explains in tiers at the largest common W, each tier's step and the
+    model's terms for it; the runs it does not explain; the speed-up over one device."""
     common = set.intersection(*({p.workers for p in ps} for ps in group.points.values()))
     where = f"{config} config, {link or 'loopback'} links"
     if not common:
@@ -42,32 +46,62 @@ def _bench_group(config, link, group, rows):
     workers = max(common)
     there = [r for r in rows if (r.config, r.link, r.workers) == (config, link, workers)]
     ranked = sorted((r for r in there if r.explained), key=lambda r: -r.median)
+    unit = analysis.unit(rows)
     text = f"{where}, {workers} workers. "
-    if ranked:
-        text += ("Fastest first, of the runs the model explains: " + ", ".join(
-            f"{r.name} {blocks.rate(r.median)}" + (f" ({blocks.ratio(r.median / ranked[0].median)})" if i else "")
-            for i, r in enumerate(ranked)) + f" {analysis.unit(rows)}. ")
-        by_limit = {limit: [r.name for r in ranked if r.limit == limit] for limit in ("network", "compute")}
-        text += ("Why: per step the busiest link carries " + ", ".join(
-            f"{blocks.byte_count(r.busiest_measured)} for {r.name}" for r in ranked if r.busiest_measured)
-            + "; by the model " + "; ".join(f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} "
-                                           f"{limit}-bound" for limit, names in by_limit.items() if names) + ". ")
-    else:
+    tiers = []
+    for r in ranked:
+        if tiers and r.median >= TIER * tiers[-1][0].median:
+            tiers[-1].append(r)
+        else:
+            tiers.append([r])
+    for i, tier in enumerate(tiers):
+        names = _names(r.name for r in tier)
+        rates = _spread([r.median for r in tier], blocks.rate)
+        if i == 0:
+            text += f"Fastest, of the runs the model explains: {names} ({rates} {unit})"
+            text += (", within 10% of one another: one run each, their order is noise. " if len(tier) > 1 else ". ")
+        else:
+            text += f"Then {names} ({rates}), {blocks.ratio(tier[0].median / ranked[0].median)} of the fastest. "
+        text += (f"By the model {'it is' if len(tier) == 1 else 'they are'} "
+                 f"{_names(sorted({r.limit for r in tier}))}-bound: a step of "
+                 f"{_spread([r.median_step_seconds for r in tier], blocks.seconds)} measured, the network term "
+                 f"{_spread([r.network_seconds for r in tier], blocks.seconds)} of it beside "
+                 f"{_spread([r.compute_seconds for r in tier], blocks.seconds)} of compute")
+        busiest = [r.busiest_measured for r in tier if r.busiest_measured]
+        text += (f"; the busiest link carries {_spread(busiest, blocks.byte_count)} a step. " if busiest else ". ")
+    if not ranked:
         text += "The model explains none of these runs, so none is ranked. "
     for r in there:
         if r.explained is False:
             text += (f"The model does not explain {r.name}: its step, {blocks.seconds(r.median_step_seconds)}, lies "
                      f"outside [{blocks.seconds(r.lower_seconds)}, {blocks.seconds(r.upper_seconds)}]; measured at "
-                     f"{blocks.rate(r.median)} {analysis.unit(rows)}, it is not ranked. ")
+                     f"{blocks.rate(r.median)} {unit}, it is not ranked. ")
     unpriced = sorted(r.name for r in there if r.explained is None)
     if unpriced:
-        text += (f"Not ranked: {', '.join(unpriced)}, whose workers step at their own paces, which the model (of a "
+        text += (f"Not ranked: {_names(unpriced)}, whose workers step at their own paces, which the model (of a "
                  f"synchronous step) does not price. ")
     if group.one_device:
-        text += (f"Against one device alone ({blocks.rate(group.one_device)}), {workers} workers give " + ", ".join(
-            f"{name} {point.words_per_sec / group.one_device:.2f}x" for name, points in group.points.items()
-            for point in points if point.workers == workers) + f" (linear: {workers}x).")
+        speedups = sorted((point.words_per_sec / group.one_device, name) for name, points in group.points.items()
+                          for point in points if point.workers == workers)
+        (low, slowest), (high, fastest) = speedups[0], speedups[-1]
+        text += (f"Against one device alone ({blocks.rate(group.one_device)} {unit}), {workers} workers reach "
+                 f"{low:.2f}x ({slowest}) to {high:.2f}x ({fastest}) of its speed (linear: {workers}x).")
     return text
+
+
+def _names(names):
+    """"a", "a and b", "a, b and c"."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _spread(values, form):
+    """One value, or the lowest and highest in `form`, their unit once: "1.06-1.11 s"."""
+    low, high = form(min(values)), form(max(values))
+    if low == high:
+        return low
+    (low_number, _, low_unit), (high_number, _, high_unit) = low.rpartition(" "), high.rpartition(" ")
+    return f"{low_number}-{high}" if low_unit == high_unit and low_number else f"{low}-{high}"
 
 
 def _extrapolation(predictions):
