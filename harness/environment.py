@@ -7,26 +7,13 @@ import socket
 from harness import models
 
 
-def _cpu_model():
+def _proc_field(path, name):
+    """The value after "name:" in a /proc file of "name: value" lines, or None."""
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        with open(path) as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.split(":")[0].strip() == name), None)
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _memory_bytes():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+        return None
 
 
 def _version(package):
@@ -38,10 +25,11 @@ def _version(package):
 
 def machine():
     """This machine and its software, as a JSON-ready dict."""
+    memory = _proc_field("/proc/meminfo", "MemTotal")  # "24576000 kB"
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": _proc_field("/proc/cpuinfo", "model name") or platform.processor() or platform.machine(),
         "cpu_cores": os.cpu_count(),
-        "memory_bytes": _memory_bytes(),
+        "memory_bytes": int(memory.split()[0]) * 1024 if memory else None,
         "platform": platform.platform(),
         "python": platform.python_version(),
         "tensorflow": _version("tensorflow-cpu") or _version("tensorflow"),

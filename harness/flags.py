@@ -25,11 +25,6 @@ class FlagSet(absl_flags.FlagValues):
         self.set_gnu_getopt(True)  # flags may follow other arguments (the launcher's architecture comes first)
 
 
-def validate(flag_values, name, check, message):
-    """Register a check of one flag's value; a failure reads "--name=value: message"."""
-    absl_flags.register_validator(name, check, message=message, flag_values=flag_values)
-
-
 def parser(runner, description):
     """The shared flags; `runner` names the default checkpoint directory and run."""
     p = FlagSet(f"{runner}.py", description)
@@ -182,5 +177,5 @@ def DEFINE_parsed(name, default, function, help, flag_values):
 def DEFINE_finite_float(name, default, help, flag_values, lower_bound=0.0):
     """A float flag that must be finite and at least `lower_bound` when given (absl's bounds let nan through)."""
     DEFINE_float(name, default, help, flag_values=flag_values)
-    validate(flag_values, name, lambda value: value is None or (math.isfinite(value) and value >= lower_bound),
-             f"must be a finite number >= {lower_bound:g}")
+    absl_flags.register_validator(name, lambda value: value is None or (math.isfinite(value) and value >= lower_bound),
+                                  message=f"must be a finite number >= {lower_bound:g}", flag_values=flag_values)

@@ -65,8 +65,6 @@ class Prediction:
     name: str
     config: str
     workers: int
-    machines: int | None
-    link: str | None
     words_per_sec: float
 
 
@@ -82,7 +80,6 @@ class ParallaxPoint:
 
 @dataclasses.dataclass
 class Results:
-    directory: str
     verify: dict | None
     runs: dict            # run_name -> Run
     bench: list | None    # [BenchRow]; None when bench.jsonl does not exist
@@ -127,7 +124,7 @@ def load(directory):
         steps_path = results.steps_path(directory, name)
         steps = results.read_lines(steps_path, "step") if os.path.exists(steps_path) else []
         runs[name] = Run(name, summary, [record for _, record in steps])
-    return Results(directory, verify, runs, _optional_lines(directory, results.BENCH, "bench", _bench_row),
+    return Results(verify, runs, _optional_lines(directory, results.BENCH, "bench", _bench_row),
                    _optional_lines(directory, results.PREDICTIONS, "prediction", _prediction),
                    _optional_lines(directory, results.PARALLAX, "parallax point", _parallax_point),
                    _optional_lines(directory, results.CROSSOVER, "bench", _bench_row))
@@ -176,10 +173,8 @@ def _busiest(per_machine):
 
 
 def _prediction(record):
-    return Prediction(name=palette.key(str(record["runner"])), config=_config_name(record["config"]),
-                      workers=int(record["workers"]),
-                      machines=_int_or_none(record.get("machines")),
-                      link=record.get("link"), words_per_sec=float(record["words_per_sec"]))
+    return Prediction(name=palette.key(str(record["runner"])), config=str(record["config"]),
+                      workers=int(record["workers"]), words_per_sec=float(record["words_per_sec"]))
 
 
 def _parallax_point(record):
@@ -187,10 +182,6 @@ def _parallax_point(record):
                          predicted=float(record["predicted_words_per_sec"]),
                          published=float(record["published_words_per_sec"]),
                          bytes_only=_float_or_none(record.get("bytes_only_words_per_sec")))
-
-
-def _config_name(config):
-    return config["name"] if isinstance(config, dict) else str(config)
 
 
 def _int_or_none(value):
