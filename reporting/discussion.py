@@ -59,7 +59,8 @@ def _bench_group(config, link, group, rows):
         rates = _spread([r.median for r in tier], blocks.rate)
         if i == 0:
             text += f"Fastest, of the runs the model explains: {names} ({rates} {unit})"
-            text += (", within 10% of one another: one run each, their order is noise. " if len(tier) > 1 else ". ")
+            text += (f", within {1 - TIER:.0%} of one another: one run each, their order is noise. " if len(tier) > 1
+                     else ". ")
         else:
             text += f"Then {names} ({rates}), {blocks.ratio(tier[0].median / ranked[0].median)} of the fastest. "
         text += (f"By the model {'it is' if len(tier) == 1 else 'they are'} "
