@@ -313,12 +313,13 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                          f"{runner} at W={num_workers}")
     summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
     counted = results.read_json(results.network_path(args.runs_dir, run_name))
-    measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
+    measured = ([(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
+                if "machines" in counted else None)
     step = summary["throughput"]["median_step_seconds"]
     record = dict(record, run_name=run_name, throughput=summary["throughput"],
                   tasks_peak_resident_bytes=tasks_peak_resident_bytes(output),
-                  measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
-                  measured_steps_counted=counted["steps"])
+                  measured_bytes_per_step=measured and [{"sent": s, "received": r} for s, r in measured],
+                  measured_steps_counted=counted["steps"], bytes_not_measured=counted.get("not_measured"))
     if run.asynchronous:  # the workers' steps differ in number: no step of every worker to price
         paces = worker_paces(summary["updates_by_worker"], counted["from_step"], counted["to_step"])
         predicted = traffic.paced_link_bytes(run.traffic, variables, rows, num_workers, num_ps, machine_of, paces,
@@ -326,10 +327,9 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
         unpriced = {key: None for key in terms if key != "compute_seconds"}
         return dict(record, outside_the_model=ASYNCHRONOUS, **{**terms, **unpriced}, worker_paces=paces,
                     predicted_bytes_per_step=[{"sent": s, "received": r} for s, r in predicted],
-                    bytes_measured_over_predicted=sum(map(sum, measured)) / sum(map(sum, predicted)),
+                    bytes_measured_over_predicted=bytes_ratio(measured, predicted),
                     step_over_point=None, inside_interval=None)
-    return dict(record, bytes_measured_over_predicted=(sum(map(sum, measured)) / sum(map(sum, predicted))
-                                                       if sum(map(sum, predicted)) else None),
+    return dict(record, bytes_measured_over_predicted=bytes_ratio(measured, predicted),
                 **terms, step_over_point=step / point,
                 inside_interval=terms["lower_seconds"] <= step <= terms["upper_seconds"])
 
@@ -352,6 +352,11 @@ def protocol_costs(args):
     return found
 
 
+def bytes_ratio(measured, predicted):
+    """All machines' measured bytes over the predicted; None where either is missing."""
+    return sum(map(sum, measured)) / sum(map(sum, predicted)) if measured and sum(map(sum, predicted)) else None
+
+
 def progress(i, total, record, started):
     left = (time.monotonic() - started) / i * (total - i)
     head = (f"bench [{i}/{total}] {record['link']} {record['config']} {record['runner']} W={record['workers']} "
@@ -359,14 +364,15 @@ def progress(i, total, record, started):
     if "skipped" in record:
         print(f"{head}: skipped, {record['skipped']}", flush=True)
         return
-    bytes_ratio = record["bytes_measured_over_predicted"]
+    ratio, not_measured = record["bytes_measured_over_predicted"], record["bytes_not_measured"]
+    counted = (f", bytes {ratio:.2f} x predicted" if ratio else
+               f", bytes not measured: {not_measured}" if not_measured else "")
     against = (f" = {record['step_over_point']:.2f} x point, "
                f"{'inside' if record['inside_interval'] else 'OUTSIDE'} [{record['lower_seconds']:.3f}, "
                f"{record['upper_seconds']:.3f}]"
                if record["step_over_point"] else f" (outside the model: {record['outside_the_model']})")
     print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, "
-          f"step {record['throughput']['median_step_seconds']:.3f} s{against}"
-          f"{'' if bytes_ratio is None else f', bytes {bytes_ratio:.2f} x predicted'}"
+          f"step {record['throughput']['median_step_seconds']:.3f} s{against}{counted}"
           f", compute {record['compute_seconds'] / record['compute_seconds_one_device']:.2f} x one device's"
           f"{' (tasks outnumber the cores)' if record['cores_shared'] else ''}; "
           f"about {left / 60:.0f} min left", flush=True)

@@ -1,9 +1,9 @@
 """An emulated cluster (--net): a network namespace per machine, joined to a switch by links shaped as Mininet's
 TCLink shapes them. docs/bench.md, "The emulated cluster", explains it."""
+import concurrent.futures
 import ctypes
 import dataclasses
 import ipaddress
-import json
 import os
 import re
 import signal
@@ -22,6 +22,7 @@ FIRST_MACHINE = ipaddress.ip_address("198.18.0.1")  # RFC 2544's benchmark range
 PREFIX_LENGTH = 15
 CLONE_NEWNET, CLONE_NEWUTS = 0x40000000, 0x04000000
 HZ = 250  # this kernel's timer frequency: a token bucket must hold at least one tick's worth of bytes
+LATE_SHARE = 0.05  # counters read later than this share of the window after the chief's announcement: not measured
 
 
 def ip(*args, namespace=None):
@@ -113,6 +114,7 @@ class EmulatedCluster:
         self.switch = f"{self.name}-switch"
         self.namespaces = [f"{self.name}-m{i}" for i in range(machines)]
         self.addresses = machine_addresses(machines)
+        self.devices = None  # the switch's /proc/net/dev, open: a read is microseconds, an `ip` milliseconds
 
     def __enter__(self):
         return self.build()
@@ -150,8 +152,12 @@ class EmulatedCluster:
             if self.link:  # None: unshaped (bench/costs.py measures what the protocols themselves carry)
                 self.link.shape(INTERFACE, namespace)   # what the machine sends
                 self.link.shape(f"m{i}", self.switch)   # what it receives
+        self.devices = _open_in(self.switch, "/proc/thread-self/net/dev")
 
     def remove(self):
+        if self.devices is not None:
+            os.close(self.devices)
+            self.devices = None
         _remove([*self.namespaces, self.switch])
 
     def namespace_of(self, address):
@@ -163,12 +169,22 @@ class EmulatedCluster:
         _enter(f"/run/netns/{self.switch}")
 
     def counters(self):
-        """[(bytes sent, bytes received)] of each machine's link, headers included."""
-        found = []
-        for namespace in self.namespaces:
-            stats = json.loads(ip("-s", "-j", "link", "show", INTERFACE, namespace=namespace))[0]["stats64"]
-            found.append((stats["tx"]["bytes"], stats["rx"]["bytes"]))
-        return found
+        """[(bytes sent, bytes received)] of each machine's link, headers included: what its switch port received
+        and sent."""
+        os.lseek(self.devices, 0, os.SEEK_SET)
+        text = b"".join(iter(lambda: os.read(self.devices, 1 << 16), b"")).decode()
+        ports = {name.strip(): fields.split() for name, fields in
+                 (line.split(":", 1) for line in text.splitlines()[2:])}
+        return [(int(ports[f"m{i}"][0]), int(ports[f"m{i}"][8])) for i in range(self.machines)]
+
+
+def _open_in(namespace, path):
+    """Open `path` from inside `namespace`: a /proc/net file stays that namespace's however it is read later."""
+    def opener():
+        _enter(f"/run/netns/{namespace}")
+        return os.open(path, os.O_RDONLY)
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # its namespace dies with it
+        return thread.submit(opener).result()
 
 
 def _enter(path):
@@ -280,27 +296,27 @@ class ByteCounter:
 
     def __init__(self, cluster):
         self.cluster = cluster
-        self.samples = {}  # step: counters
+        self.samples = {}  # step: (announced at, read at, counters)
 
     def watch(self, task, line, running):
         event = events.parse(line) if task == "worker0" else None
         if event and event["event"] in ("measured_steps_begin", "measured_steps_end"):
-            self.samples[event["after_step"]] = (time.monotonic(), self.cluster.counters())
+            self.samples[event["after_step"]] = (event["at"], time.monotonic(), self.cluster.counters())
 
     def result(self, tasks):
-        """The measured bytes per step of each machine, or None if the window was never seen."""
+        """The measured bytes per step of each machine; without them, and why, if the counters were read late."""
         if len(self.samples) < 2:
             return None
-        (first, (t0, before)), (last, (t1, after)) = sorted(self.samples.items())
-        steps = last - first
-        return {
-            "link": str(self.cluster.link), "bits_per_second": self.cluster.link.bits_per_second,
-            "delay": self.cluster.link.delay, "from_step": first, "to_step": last, "steps": steps,
-            "seconds": t1 - t0,
-            "machines": [{"namespace": namespace, "address": address,
-                          "tasks": [t.name for t in tasks if t.host == address],
-                          "sent_bytes_per_step": (a[0] - b[0]) / steps,
-                          "received_bytes_per_step": (a[1] - b[1]) / steps}
-                         for namespace, address, b, a in zip(self.cluster.namespaces, self.cluster.addresses,
-                                                             before, after)],
-        }
+        (first, (begun, begin_read, before)), (last, (ended, end_read, after)) = sorted(self.samples.items())
+        steps, seconds, late = last - first, ended - begun, max(begin_read - begun, end_read - ended)
+        window = {"link": str(self.cluster.link), "bits_per_second": self.cluster.link.bits_per_second,
+                  "delay": self.cluster.link.delay, "from_step": first, "to_step": last, "steps": steps,
+                  "seconds": seconds, "late_seconds": late}
+        if late > LATE_SHARE * seconds:
+            return dict(window, not_measured=f"the counters were read {late * 1e3:.1f} ms after the chief's "
+                                             f"announcement, over {LATE_SHARE:.0%} of the {seconds * 1e3:.0f} ms "
+                                             f"window (the launcher was not scheduled in time)")
+        return dict(window, machines=[
+            {"namespace": namespace, "address": address, "tasks": [t.name for t in tasks if t.host == address],
+             "sent_bytes_per_step": (a[0] - b[0]) / steps, "received_bytes_per_step": (a[1] - b[1]) / steps}
+            for namespace, address, b, a in zip(self.cluster.namespaces, self.cluster.addresses, before, after)])
