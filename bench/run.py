@@ -313,13 +313,12 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                          f"{runner} at W={num_workers}")
     summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
     counted = results.read_json(results.network_path(args.runs_dir, run_name))
-    measured = ([(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
-                if "machines" in counted else None)
+    measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
     step = summary["throughput"]["median_step_seconds"]
     record = dict(record, run_name=run_name, throughput=summary["throughput"],
                   tasks_peak_resident_bytes=tasks_peak_resident_bytes(output),
-                  measured_bytes_per_step=measured and [{"sent": s, "received": r} for s, r in measured],
-                  measured_steps_counted=counted["steps"], bytes_not_measured=counted.get("not_measured"))
+                  measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
+                  measured_steps_counted=counted["steps"])
     if run.asynchronous:  # the workers' steps differ in number: no step of every worker to price
         paces = worker_paces(summary["updates_by_worker"], counted["from_step"], counted["to_step"])
         predicted = traffic.paced_link_bytes(run.traffic, variables, rows, num_workers, num_ps, machine_of, paces,
@@ -353,8 +352,8 @@ def protocol_costs(args):
 
 
 def bytes_ratio(measured, predicted):
-    """All machines' measured bytes over the predicted; None where either is missing."""
-    return sum(map(sum, measured)) / sum(map(sum, predicted)) if measured and sum(map(sum, predicted)) else None
+    """All machines' measured bytes over the predicted; None where none are predicted."""
+    return sum(map(sum, measured)) / sum(map(sum, predicted)) if sum(map(sum, predicted)) else None
 
 
 def progress(i, total, record, started):
@@ -364,15 +363,14 @@ def progress(i, total, record, started):
     if "skipped" in record:
         print(f"{head}: skipped, {record['skipped']}", flush=True)
         return
-    ratio, not_measured = record["bytes_measured_over_predicted"], record["bytes_not_measured"]
-    counted = (f", bytes {ratio:.2f} x predicted" if ratio else
-               f", bytes not measured: {not_measured}" if not_measured else "")
+    ratio = record["bytes_measured_over_predicted"]
     against = (f" = {record['step_over_point']:.2f} x point, "
                f"{'inside' if record['inside_interval'] else 'OUTSIDE'} [{record['lower_seconds']:.3f}, "
                f"{record['upper_seconds']:.3f}]"
                if record["step_over_point"] else f" (outside the model: {record['outside_the_model']})")
     print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, "
-          f"step {record['throughput']['median_step_seconds']:.3f} s{against}{counted}"
+          f"step {record['throughput']['median_step_seconds']:.3f} s{against}"
+          f"{'' if ratio is None else f', bytes {ratio:.2f} x predicted'}"
           f", compute {record['compute_seconds'] / record['compute_seconds_one_device']:.2f} x one device's"
           f"{' (tasks outnumber the cores)' if record['cores_shared'] else ''}; "
           f"about {left / 60:.0f} min left", flush=True)

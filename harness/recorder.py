@@ -78,11 +78,11 @@ class Recorder:
             self.steps_log.flush()
             self.progress_seconds = self.progress_words = 0.0
             events.announce("progress", steps_done=step + 1)  # the launcher's faults act on it (tasks.Fault)
-        # The launcher's byte counters read the links at these two points (netns.ByteCounter).
+        # The links' bytes over the measured steps (netns.ByteCounter): read here, exactly at these two points.
         if step + 1 == self.measured_from:
-            events.announce("measured_steps_begin", after_step=step + 1)
+            events.announce("measured_steps_begin", after_step=step + 1, ports=events.switch_ports())
         if step + 1 == self.args.steps:
-            events.announce("measured_steps_end", after_step=step + 1)
+            events.announce("measured_steps_end", after_step=step + 1, ports=events.switch_ports())
 
     def finish(self, session, saver, variables, **extra):
         """Write the checkpoint, then the summary (`variables`: placement.describe's); return the summary."""

@@ -578,7 +578,7 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
         summary = json.loads((tmp_path / "results/bench" / (record["run_name"] + ".json")).read_text())
         assert summary["config"]["batch_size"] == record["batch_size"]  # the runners trained that batch
         assert record["measured_steps_counted"] == 8 and record["throughput"]["measured_steps"] == 8
-        assert len(record["predicted_bytes_per_step"]) == 2
+        assert len(record["measured_bytes_per_step"]) == len(record["predicted_bytes_per_step"]) == 2
         # the model's compute: two run.py at once, each on one worker's batch; per timed step the slower of them
         copies = [[r["seconds"] for r in read_jsonl(tmp_path / "results/bench" / (name + ".jsonl")) if r["step"] >= 4]
                   for name in record["compute_run_names"]]
@@ -625,16 +625,10 @@ def test_a_small_sweep_writes_one_line_per_run_and_a_table(tmp_path, measured_co
                    / record["bits_per_second"])
         assert busiest < record["lower_network_seconds"] and busiest < record["upper_network_seconds"]
         assert record["own_compute_seconds"] + record["network_seconds"] > busiest
-        if record["bytes_not_measured"]:  # the launcher read the counters late: a reason, not a figure
-            assert record["measured_bytes_per_step"] is record["bytes_measured_over_predicted"] is None
-            assert "ms after the chief's announcement" in record["bytes_not_measured"]
-        else:
-            assert len(record["measured_bytes_per_step"]) == 2
-            assert 0.5 < record["bytes_measured_over_predicted"] < 2
+        assert 0.5 < record["bytes_measured_over_predicted"] < 2
         assert record["words_per_step"] == record["batch_size"] * LSTM.CONFIGS["tiny"].num_steps
         # four tasks (two workers, two servers), each a Python with TensorFlow loaded: hundreds of MiB each
         assert 4 * 100 * 2**20 < record["tasks_peak_resident_bytes"] < 4 * 4 * 2**30
-    assert any(r["bytes_measured_over_predicted"] for r in records if r["link"] == "100mbit")
     assert "bench [4/4] 1gbit tiny horovod W=2" in result.stdout
     assert "tiny, links of 100mbit" in result.stdout and "tiny, links of 1gbit" in result.stdout  # a table each
     assert "step/point" in result.stdout and "in interval" in result.stdout and "weak scaling" in result.stdout

@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import harness
 from harness import events, lifeline
@@ -22,7 +21,6 @@ FIRST_MACHINE = ipaddress.ip_address("198.18.0.1")  # RFC 2544's benchmark range
 PREFIX_LENGTH = 15
 CLONE_NEWNET, CLONE_NEWUTS = 0x40000000, 0x04000000
 HZ = 250  # this kernel's timer frequency: a token bucket must hold at least one tick's worth of bytes
-LATE_SHARE = 0.05  # counters read later than this share of the window after the chief's announcement: not measured
 
 
 def ip(*args, namespace=None):
@@ -114,7 +112,7 @@ class EmulatedCluster:
         self.switch = f"{self.name}-switch"
         self.namespaces = [f"{self.name}-m{i}" for i in range(machines)]
         self.addresses = machine_addresses(machines)
-        self.devices = None  # the switch's /proc/net/dev, open: a read is microseconds, an `ip` milliseconds
+        self.devices = None  # the switch's /proc/net/dev, open: the chief reads it (events.switch_ports)
 
     def __enter__(self):
         return self.build()
@@ -168,14 +166,10 @@ class EmulatedCluster:
         launcher's Horovod rendezvous at SWITCH_ADDRESS."""
         _enter(f"/run/netns/{self.switch}")
 
-    def counters(self):
-        """[(bytes sent, bytes received)] of each machine's link, headers included: what its switch port received
-        and sent."""
-        os.lseek(self.devices, 0, os.SEEK_SET)
-        text = b"".join(iter(lambda: os.read(self.devices, 1 << 16), b"")).decode()
-        ports = {name.strip(): fields.split() for name, fields in
-                 (line.split(":", 1) for line in text.splitlines()[2:])}
-        return [(int(ports[f"m{i}"][0]), int(ports[f"m{i}"][8])) for i in range(self.machines)]
+    def machine_counters(self, ports):
+        """[(bytes sent, bytes received)] of each machine's link, headers included, from the switch's `ports`
+        (events.read_ports): what its port received and sent."""
+        return [tuple(ports[f"m{i}"]) for i in range(self.machines)]
 
 
 def _open_in(namespace, path):
@@ -279,9 +273,9 @@ class NetnsProcess(LocalProcess):
             if libc.unshare(CLONE_NEWUTS) != 0 or libc.sethostname(hostname, len(hostname)) != 0:
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUTS) or sethostname")
             lifeline.die_with_parent()
-        return subprocess.Popen(task.argv, env={**os.environ, **task.env}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=stdin, start_new_session=True, text=True,
-                                errors="replace", preexec_fn=in_machine)
+        return subprocess.Popen(task.argv, env={**os.environ, **task.env, events.PORTS_FD: str(self.cluster.devices)},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin, start_new_session=True,
+                                text=True, errors="replace", preexec_fn=in_machine, pass_fds=(self.cluster.devices,))
 
     def free_ports(self, host, count):
         """Ports in order: a machine's namespace is new and holds only this run's tasks."""
@@ -291,32 +285,32 @@ class NetnsProcess(LocalProcess):
 
 
 class ByteCounter:
-    """Each machine's bytes over the measured steps, read at the chief's announcements of their start and end:
-    both at the same point of a step, so the difference covers whole steps."""
+    """Each machine's bytes over the measured steps, from the switch's counters the chief reads as it announces
+    their start and end: both at the same point of a step, so the difference covers whole steps."""
 
     def __init__(self, cluster):
         self.cluster = cluster
-        self.samples = {}  # step: (announced at, read at, counters)
+        self.samples = {}  # step: (announced at, each machine's counters)
 
     def watch(self, task, line, running):
         event = events.parse(line) if task == "worker0" else None
-        if event and event["event"] in ("measured_steps_begin", "measured_steps_end"):
-            self.samples[event["after_step"]] = (event["at"], time.monotonic(), self.cluster.counters())
+        if event and event["event"] in ("measured_steps_begin", "measured_steps_end") and event.get("ports"):
+            self.samples[event["after_step"]] = (event["at"], self.cluster.machine_counters(event["ports"]))
 
     def result(self, tasks):
-        """The measured bytes per step of each machine; without them, and why, if the counters were read late."""
+        """The measured bytes per step of each machine, or None if the window was never seen."""
         if len(self.samples) < 2:
             return None
-        (first, (begun, begin_read, before)), (last, (ended, end_read, after)) = sorted(self.samples.items())
-        steps, seconds, late = last - first, ended - begun, max(begin_read - begun, end_read - ended)
-        window = {"link": str(self.cluster.link), "bits_per_second": self.cluster.link.bits_per_second,
-                  "delay": self.cluster.link.delay, "from_step": first, "to_step": last, "steps": steps,
-                  "seconds": seconds, "late_seconds": late}
-        if late > LATE_SHARE * seconds:
-            return dict(window, not_measured=f"the counters were read {late * 1e3:.1f} ms after the chief's "
-                                             f"announcement, over {LATE_SHARE:.0%} of the {seconds * 1e3:.0f} ms "
-                                             f"window (the launcher was not scheduled in time)")
-        return dict(window, machines=[
-            {"namespace": namespace, "address": address, "tasks": [t.name for t in tasks if t.host == address],
-             "sent_bytes_per_step": (a[0] - b[0]) / steps, "received_bytes_per_step": (a[1] - b[1]) / steps}
-            for namespace, address, b, a in zip(self.cluster.namespaces, self.cluster.addresses, before, after)])
+        (first, (begun, before)), (last, (ended, after)) = sorted(self.samples.items())
+        steps = last - first
+        return {
+            "link": str(self.cluster.link), "bits_per_second": self.cluster.link.bits_per_second,
+            "delay": self.cluster.link.delay, "from_step": first, "to_step": last, "steps": steps,
+            "seconds": ended - begun,
+            "machines": [{"namespace": namespace, "address": address,
+                          "tasks": [t.name for t in tasks if t.host == address],
+                          "sent_bytes_per_step": (a[0] - b[0]) / steps,
+                          "received_bytes_per_step": (a[1] - b[1]) / steps}
+                         for namespace, address, b, a in zip(self.cluster.namespaces, self.cluster.addresses,
+                                                             before, after)],
+        }
