@@ -1,5 +1,7 @@
 import contextlib
+import fcntl
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -7,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import harness.determinism  # noqa: F401  (before TensorFlow: it fixes the kernels, as in the runners)
@@ -19,17 +20,15 @@ import tensorflow as tf
 from harness import REPO
 
 
-# make test runs two groups of tests at a time (pytest-xdist, -n 2). A group is a module, or modules that share a
-# session fixture; the longest go first, so that no long one is left running alone at the end.
-SHARING = {"test_report": "test_verify"}  # the report reads the session's make verify
+# make test runs two groups of tests at a time (pytest-xdist, -n 2). A group is a module; the longest go first, so
+# that no long one is left running alone at the end.
 # test_docker first: on a fresh machine it builds its image, Horovod included, for about 20 minutes.
 LONGEST_FIRST = ["test_docker", "test_verify", "test_bench", "test_resume", "test_slurm", "test_your_model"]
 
 
 def group_of(nodeid):
-    """The group of a test: "tests/test_report.py::test_x" -> "test_verify"."""
-    module = os.path.basename(nodeid.split("::")[0]).removesuffix(".py")
-    return SHARING.get(module, module)
+    """The group of a test: "tests/test_report.py::test_x" -> "test_report"."""
+    return os.path.basename(nodeid.split("::")[0]).removesuffix(".py")
 
 
 def pytest_collection_modifyitems(items):
@@ -70,41 +69,58 @@ def run_module(module, *flags, cwd, timeout=300):
                           timeout=timeout, env={**os.environ, "PYTHONPATH": REPO})
 
 
-@pytest.fixture(scope="session")
-def verify_run(tmp_path_factory):
-    """One make verify FAULTS=1 of every run on the tiny config, 30 steps (its directory and CompletedProcess):
-    what test_verify checks and test_report reports on."""
-    work = tmp_path_factory.mktemp("verify")
-    result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=30",
-                             "--warmup_steps=5", "--log_every=30", "--faults"], cwd=work, capture_output=True,
-                            text=True, timeout=1200)
-    return work, result
-
-
-REFERENCES = {}  # (flags, W): the directory of a reference trained once in this session
+SHARED = {}  # "root": the directory made_once makes in, common to make test's two processes
 
 
 @pytest.fixture(scope="session", autouse=True)
-def references_removed():
-    """Removes the session's references at its end."""
-    yield
-    for trained in REFERENCES.values():
-        shutil.rmtree(trained, ignore_errors=True)
+def shared_root(tmp_path_factory):
+    root = tmp_path_factory.getbasetemp()
+    SHARED["root"] = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
+def made_once(name, make):
+    """The directory `name`, made by make(directory) once in the session, by whichever of make test's two
+    processes asks first; the other waits for it. What is made there is read, never changed."""
+    root = SHARED["root"]
+    directory = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (directory / ".made").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            make(directory)
+            (directory / ".made").touch()
+    return directory
+
+
+VERIFY_FLAGS = ["--config=tiny", "--steps=30", "--warmup_steps=5", "--log_every=30"]
+
+
+@pytest.fixture(scope="session")
+def verify_run():
+    """One make verify FAULTS=1 of every run on the tiny config, 30 steps (its directory and CompletedProcess):
+    what test_verify and test_report check, and what test_tf, test_horovod and test_parallax read their runs from."""
+    def verify(work):
+        result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), *VERIFY_FLAGS, "--faults"],
+                                cwd=work, capture_output=True, text=True, timeout=1200)
+        (work / "verify.out.json").write_text(json.dumps([result.returncode, result.stdout, result.stderr]))
+    work = made_once("verify", verify)
+    returncode, stdout, stderr = json.loads((work / "verify.out.json").read_text())
+    return work, subprocess.CompletedProcess([], returncode, stdout, stderr)
 
 
 def train_reference(flags, workers, ckpt_dir, cwd):
     """run.py --emulate_workers=W with `flags`: the reference a W-worker run must match, its checkpoint in
     `ckpt_dir` and its results in `cwd`/results. Trained once per session for each (flags, W), then copied:
     it is deterministic, so a copy is what training it again would write."""
-    key = (tuple(flags), workers)
-    if key not in REFERENCES:
-        trained = tempfile.mkdtemp(prefix="reference-")
+    def train(trained):
         result = run_script("run.py", *flags, f"--emulate_workers={workers}", "--run_name=reference",
                             "--ckpt_dir=ckpt", cwd=trained)
         assert result.returncode == 0, result.stderr
-        REFERENCES[key] = trained
-    shutil.copytree(os.path.join(REFERENCES[key], "ckpt"), os.path.join(cwd, ckpt_dir), dirs_exist_ok=True)
-    shutil.copytree(os.path.join(REFERENCES[key], "results"), os.path.join(cwd, "results"), dirs_exist_ok=True)
+    key = hashlib.sha256(json.dumps([list(flags), workers]).encode()).hexdigest()[:12]
+    trained = made_once(f"reference-{key}", train)
+    shutil.copytree(trained / "ckpt", os.path.join(cwd, ckpt_dir), dirs_exist_ok=True)
+    shutil.copytree(trained / "results", os.path.join(cwd, "results"), dirs_exist_ok=True)
 
 
 def launch(architecture, *flags, cwd, env=None, **popen):

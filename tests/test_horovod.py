@@ -5,26 +5,14 @@ import sys
 
 import pytest
 
-from conftest import (REPO, bit_identical, checkpoint_tensors, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, train_reference)
-
-TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
+from conftest import REPO, bit_identical, checkpoint_tensors, kill_a_task_mid_run, launcher_usage_error
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    work = tmp_path_factory.mktemp("horovod")
-    train_reference(TINY, 2, "ckpt/reference", work)
-    for name, extra in {"sparse": [], "dense": ["--sparse_as_dense"]}.items():
-        output = launch_and_wait("horovod", "--workers=2", "--", *TINY, *extra, f"--run_name={name}",
-                                 f"--ckpt_dir=ckpt/{name}", cwd=work)
-        assert "[worker0] [run_horovod] step 40/40" in output
-    return work
-
-
-@pytest.mark.parametrize("path", ["sparse", "dense"])
-def test_two_workers_match_the_reference_bit_for_bit(runs, path):
-    reference, horovod = checkpoint_tensors(runs / "ckpt/reference"), checkpoint_tensors(runs / f"ckpt/{path}")
+@pytest.mark.parametrize("run", ["horovod", "horovod-dense"])
+def test_two_workers_match_the_reference_bit_for_bit(verify_run, run):
+    """The session's verify run's Horovod runs (conftest.verify_run), compared here tensor by tensor."""
+    verified, _ = verify_run
+    reference, horovod = (checkpoint_tensors(verified / f"checkpoints/verify/{name}") for name in ("reference", run))
     assert sorted(horovod) == sorted(reference)
     assert [name for name in reference if not bit_identical(reference[name], horovod[name])] == []
 

@@ -122,7 +122,7 @@ def shaped_runs(tmp_path_factory, namespaces):
     """Every runner at W = 2 with its tasks on two machines joined by 100 Mbit/s links (a worker and a
     parameter server on each), and the reference."""
     work = tmp_path_factory.mktemp("netns")
-    train_reference(TINY, 2, "ckpt/reference", work)
+    train_reference(TINY[:3], 2, "ckpt/reference", work)  # the flags that set the checkpoint
     for name, architecture, extra in [("tf", "tf", []), ("horovod", "horovod", []),
                                       ("horovod_dense", "horovod", ["--sparse_as_dense"]),
                                       ("parallax", "parallax", []),

@@ -1,5 +1,6 @@
 """run_parallax.py, the hybrid runner, on the tiny config; and its placement rule on other models."""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -9,22 +10,26 @@ from harness import models
 from harness.hybrid import hybrid_placement
 from harness.variables import initial_value
 from checkpoints_compare import compare
-from conftest import (bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
+from conftest import (VERIFY_FLAGS, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
                       launcher_usage_error, read_jsonl, train_reference)
 from harness import placement
 
-TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
+STEPS = 30
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, verify_run):
+    """(directory, outputs) of the runs: one parameter server, with and without local aggregation, are the
+    session's verify run's (conftest.verify_run); two servers is trained here with its flags."""
+    verified, _ = verify_run
     work = tmp_path_factory.mktemp("parallax")
-    train_reference(TINY, 2, "ckpt/reference", work)
-    outputs = {}
-    for name, launcher_flags, extra in [("one_ps", ["--ps=1"], []), ("two_ps", ["--ps=2"], ["--partitions=2"]),
-                                        ("local_aggregation", ["--ps=1"], ["--local_aggregation=true"])]:
-        outputs[name] = launch_and_wait("parallax", "--workers=2", *launcher_flags, "--", *TINY, *extra,
-                                        f"--run_name={name}", f"--ckpt_dir=ckpt/{name}", cwd=work)
+    (work / "results").mkdir()
+    for name, run in (("reference", "reference"), ("one_ps", "parallax"), ("local_aggregation", "parallax-local")):
+        shutil.copytree(verified / f"checkpoints/verify/{run}", work / f"ckpt/{name}")
+        for suffix in (".json", ".jsonl"):
+            shutil.copy(verified / f"results/verify-{run}{suffix}", work / f"results/{name}{suffix}")
+    outputs = {"two_ps": launch_and_wait("parallax", "--workers=2", "--ps=2", "--", *VERIFY_FLAGS, "--partitions=2",
+                                         "--run_name=two_ps", "--ckpt_dir=ckpt/two_ps", cwd=work)}
     return work, outputs
 
 
@@ -46,7 +51,7 @@ def test_local_aggregation_sends_one_sparse_gradient_per_machine_with_fewer_rows
     assert json.loads((work / "results/one_ps.json").read_text())["sparse_senders"] == 2
     aggregated = [r["sparse_rows_received"] for r in read_jsonl(work / "results/local_aggregation.jsonl")]
     separate = [r["sparse_rows_received"] for r in read_jsonl(work / "results/one_ps.jsonl")]
-    assert len(aggregated) == len(separate) == 40
+    assert len(aggregated) == len(separate) == STEPS
     assert all(a <= s for a, s in zip(aggregated, separate)) and sum(aggregated) < sum(separate)
 
 

@@ -1,6 +1,7 @@
 """run_tf.py, the parameter-server runner, on the tiny config."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -10,23 +11,28 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (REPO, bit_identical, missing, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, long_run, no_process_left, processes_with, read_jsonl, run_script,
-                      train_reference)
+from conftest import (REPO, VERIFY_FLAGS, bit_identical, missing, checkpoint_tensors, is_task, kill_a_task_mid_run,
+                      launch_and_wait, launcher_usage_error, long_run, no_process_left, processes_with, read_jsonl,
+                      run_script)
 
-TINY = ["--config=tiny", "--steps=40", "--warmup_steps=5", "--log_every=10"]
+STEPS = 30
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, verify_run):
+    """(directory, outputs) of the runs: one parameter server and asynchronous are the session's verify run's
+    (conftest.verify_run); two servers and SyncReplicasOptimizer are trained here with its flags."""
+    verified, _ = verify_run
     work = tmp_path_factory.mktemp("tf")
-    train_reference(TINY, 2, "ckpt/reference", work)
+    (work / "results").mkdir()
+    for name, run in (("reference", "reference"), ("one_ps", "tf"), ("async", "tf-async")):
+        shutil.copytree(verified / f"checkpoints/verify/{run}", work / f"ckpt/{name}")
+        for suffix in (".json", ".jsonl"):
+            shutil.copy(verified / f"results/verify-{run}{suffix}", work / f"results/{name}{suffix}")
     outputs = {}
-    for name, launcher_flags, extra in [("one_ps", ["--ps=1"], []),
-                                        ("two_ps", ["--ps=2"], ["--partitions=3"]),
-                                        ("async", ["--ps=1"], ["--sync=false"]),
+    for name, launcher_flags, extra in [("two_ps", ["--ps=2"], ["--partitions=3"]),
                                         ("replicas", ["--ps=2"], ["--sync_replicas", "--partitions=2"])]:
-        outputs[name] = launch_and_wait("tf", "--workers=2", *launcher_flags, "--", *TINY, *extra,
+        outputs[name] = launch_and_wait("tf", "--workers=2", *launcher_flags, "--", *VERIFY_FLAGS, *extra,
                                         f"--run_name={name}", f"--ckpt_dir=ckpt/{name}", cwd=work)
     return work, outputs
 
@@ -57,16 +63,16 @@ def test_asynchronous_training_trains_differs_and_reports_staleness(runs):
     assert summary["mode"] == "async"
     staleness = summary["staleness"]
     histogram = staleness["chief_histogram"]  # histogram[s]: the chief's updates that were s updates stale
-    assert sum(histogram) == 40 and len(histogram) == staleness["chief_max"] + 1 and histogram[-1] > 0
-    assert staleness["chief_mean"] == pytest.approx(np.dot(np.arange(len(histogram)), histogram) / 40)
+    assert sum(histogram) == STEPS and len(histogram) == staleness["chief_max"] + 1 and histogram[-1] > 0
+    assert staleness["chief_mean"] == pytest.approx(np.dot(np.arange(len(histogram)), histogram) / STEPS)
     # every worker's updates after each of the chief's steps: the chief's own is its step count, and the
     # staleness of its updates is the others' updates in between
     counted = summary["updates_by_worker"]
-    assert [c["after_step"] for c in counted] == list(range(1, 41))
-    assert [c["counts"][0] for c in counted] == list(range(1, 41))
+    assert [c["after_step"] for c in counted] == list(range(1, STEPS + 1))
+    assert [c["counts"][0] for c in counted] == list(range(1, STEPS + 1))
     assert all(a <= b for before, after in zip(counted, counted[1:])
                for a, b in zip(before["counts"], after["counts"]))
-    assert sum(counted[-1]["counts"]) - 40 >= staleness["chief_mean"] * 40  # the other worker's, in between
+    assert sum(counted[-1]["counts"]) - STEPS >= staleness["chief_mean"] * STEPS  # the other worker's, in between
     losses = [r["loss"] for r in read_jsonl(work / "results/async.jsonl")]
     assert np.mean(losses[-10:]) < losses[0] - 0.5
     reference, trained = checkpoint_tensors(work / "ckpt/reference"), checkpoint_tensors(work / "ckpt/async")
@@ -78,12 +84,12 @@ def test_tensorflow_s_sync_replicas_optimizer_trains_every_step_once(runs):
     summary = json.loads((work / "results/replicas.json").read_text())
     assert summary["mode"] == "sync_replicas"
     steps = read_jsonl(work / "results/replicas.jsonl")
-    assert [r["step"] for r in steps] == list(range(40))
-    # Each update is W gradients, of the global batch's words: 40 steps of 2 workers make 40 updates, the
+    assert [r["step"] for r in steps] == list(range(STEPS))
+    # Each update is W gradients, of the global batch's words: 30 steps of 2 workers make 30 updates, the
     # chief's last step seeing all but the updates that come after its last token.
     words = summary["environment"]["words_per_step"]
     updates = [r["words_per_sec"] * r["seconds"] / words for r in steps]
-    assert all(u == pytest.approx(round(u)) for u in updates) and 38 <= round(sum(updates)) <= 40
+    assert all(u == pytest.approx(round(u)) for u in updates) and STEPS - 2 <= round(sum(updates)) <= STEPS
     losses = [r["loss"] for r in steps]
     assert all(np.isfinite(losses)) and np.mean(losses[-10:]) < np.mean(losses[:10])
     reference = checkpoint_tensors(work / "ckpt/reference")
