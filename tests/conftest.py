@@ -93,7 +93,8 @@ def made_once(name, make):
     return directory
 
 
-VERIFY_FLAGS = ["--config=tiny", "--steps=30", "--warmup_steps=5", "--log_every=30"]
+VERIFY_STEPS = 30
+VERIFY_FLAGS = ["--config=tiny", f"--steps={VERIFY_STEPS}", "--warmup_steps=5", f"--log_every={VERIFY_STEPS}"]
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +108,16 @@ def verify_run():
     work = made_once("verify", verify)
     returncode, stdout, stderr = json.loads((work / "verify.out.json").read_text())
     return work, subprocess.CompletedProcess([], returncode, stdout, stderr)
+
+
+def copy_verified(verified, work, names):
+    """Copy the session's verify runs into `work` as the module's own: {name here: verify's run} of checkpoints
+    (ckpt/<name>) and results (results/<name>.json, .jsonl)."""
+    (work / "results").mkdir(exist_ok=True)
+    for name, run in names.items():
+        shutil.copytree(verified / f"checkpoints/verify/{run}", work / f"ckpt/{name}")
+        for suffix in (".json", ".jsonl"):
+            shutil.copy(verified / f"results/verify-{run}{suffix}", work / f"results/{name}{suffix}")
 
 
 def train_reference(flags, workers, ckpt_dir, cwd):

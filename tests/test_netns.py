@@ -79,14 +79,14 @@ def test_a_link_is_shaped_to_its_rate_in_each_direction(namespaces):
 def test_the_switch_s_counters_count_a_transfer_as_each_machine_does(namespaces):
     """The counters the chief reads from the switch (its ports' received and sent) around a transfer: each
     machine's bytes with their headers, as the machine's own eth0 counts them."""
+    def announce(name, step):  # as the chief does (recorder.py), reading the switch's counters now
+        event = {"event": name, "at": time.monotonic(), "after_step": step, "ports": events.read_ports(cluster.devices)}
+        counter.watch("worker0", events.MARKER + json.dumps(event), None)
     with netns.EmulatedCluster(2, netns.Link.parse("1gbit")) as cluster:
         counter = netns.ByteCounter(cluster)
-        for step in (1, 2):
-            if step == 2:
-                transfer(cluster, 0, 1, 1_000_000)
-            event = {"event": f"measured_steps_{'begin' if step == 1 else 'end'}", "at": time.monotonic(),
-                     "after_step": step, "ports": events.read_ports(cluster.devices)}
-            counter.watch("worker0", events.MARKER + json.dumps(event), None)
+        announce("measured_steps_begin", 1)
+        transfer(cluster, 0, 1, 1_000_000)
+        announce("measured_steps_end", 2)
         own = json.loads(netns.ip("-s", "-j", "link", "show", "eth0", namespace=cluster.namespaces[0]))[0]["stats64"]
         assert cluster.machine_counters(events.read_ports(cluster.devices))[0] == (own["tx"]["bytes"],
                                                                                   own["rx"]["bytes"])

@@ -1,6 +1,5 @@
 """run_parallax.py, the hybrid runner, on the tiny config; and its placement rule on other models."""
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -10,11 +9,11 @@ from harness import models
 from harness.hybrid import hybrid_placement
 from harness.variables import initial_value
 from checkpoints_compare import compare
-from conftest import (VERIFY_FLAGS, bit_identical, checkpoint_tensors, is_task, kill_a_task_mid_run, launch_and_wait,
-                      launcher_usage_error, read_jsonl, train_reference)
+from conftest import (VERIFY_FLAGS, VERIFY_STEPS, bit_identical, checkpoint_tensors, copy_verified, is_task,
+                      kill_a_task_mid_run, launch_and_wait, launcher_usage_error, read_jsonl, train_reference)
 from harness import placement
 
-STEPS = 30
+STEPS = VERIFY_STEPS  # the session's verify run's, whose runs these tests read
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +22,8 @@ def runs(tmp_path_factory, verify_run):
     session's verify run's (conftest.verify_run); two servers is trained here with its flags."""
     verified, _ = verify_run
     work = tmp_path_factory.mktemp("parallax")
-    (work / "results").mkdir()
-    for name, run in (("reference", "reference"), ("one_ps", "parallax"), ("local_aggregation", "parallax-local")):
-        shutil.copytree(verified / f"checkpoints/verify/{run}", work / f"ckpt/{name}")
-        for suffix in (".json", ".jsonl"):
-            shutil.copy(verified / f"results/verify-{run}{suffix}", work / f"results/{name}{suffix}")
+    copy_verified(verified, work, {"reference": "reference", "one_ps": "parallax",
+                                   "local_aggregation": "parallax-local"})
     outputs = {"two_ps": launch_and_wait("parallax", "--workers=2", "--ps=2", "--", *VERIFY_FLAGS, "--partitions=2",
                                          "--run_name=two_ps", "--ckpt_dir=ckpt/two_ps", cwd=work)}
     return work, outputs

@@ -1,7 +1,6 @@
 """run_tf.py, the parameter-server runner, on the tiny config."""
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -11,11 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (REPO, VERIFY_FLAGS, bit_identical, missing, checkpoint_tensors, is_task, kill_a_task_mid_run,
-                      launch_and_wait, launcher_usage_error, long_run, no_process_left, processes_with, read_jsonl,
-                      run_script)
+from conftest import (REPO, VERIFY_FLAGS, VERIFY_STEPS, bit_identical, checkpoint_tensors, copy_verified, is_task,
+                      kill_a_task_mid_run, launch_and_wait, launcher_usage_error, long_run, missing, no_process_left,
+                      processes_with, read_jsonl, run_script)
 
-STEPS = 30
+STEPS = VERIFY_STEPS  # the session's verify run's, whose runs these tests read
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +23,7 @@ def runs(tmp_path_factory, verify_run):
     (conftest.verify_run); two servers and SyncReplicasOptimizer are trained here with its flags."""
     verified, _ = verify_run
     work = tmp_path_factory.mktemp("tf")
-    (work / "results").mkdir()
-    for name, run in (("reference", "reference"), ("one_ps", "tf"), ("async", "tf-async")):
-        shutil.copytree(verified / f"checkpoints/verify/{run}", work / f"ckpt/{name}")
-        for suffix in (".json", ".jsonl"):
-            shutil.copy(verified / f"results/verify-{run}{suffix}", work / f"results/{name}{suffix}")
+    copy_verified(verified, work, {"reference": "reference", "one_ps": "tf", "async": "tf-async"})
     outputs = {}
     for name, launcher_flags, extra in [("two_ps", ["--ps=2"], ["--partitions=3"]),
                                         ("replicas", ["--ps=2"], ["--sync_replicas", "--partitions=2"])]:
