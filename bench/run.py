@@ -117,10 +117,22 @@ def common_flags(args, run_name):
 def run_quietly(commands, what):
     """Run `commands` at once and return their output; if one fails, stop the rest and exit with its last lines.
     Stopping the bench stops the runs too, so that each launcher removes its machines."""
+    processes, failed = [], None
     with contextlib.ExitStack() as files:
         logs = [(files.enter_context(tempfile.TemporaryFile("w+")), files.enter_context(tempfile.TemporaryFile("w+")))
                 for _ in commands]
-        processes, failed = _run_together(commands, logs)
+        try:
+            for command, (out, err) in zip(commands, logs):
+                processes.append(subprocess.Popen(command, stdout=out, stderr=err, text=True,
+                                                  env={**os.environ, "PYTHONPATH": REPO}))
+            while any(p.poll() is None for p in processes) and not any(p.poll() for p in processes):
+                time.sleep(0.1)
+            failed = next((i for i, p in enumerate(processes) if p.poll()), None)
+        finally:
+            for p in processes:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait()
         outputs = []
         for out, err in logs:
             out.seek(0), err.seek(0)
@@ -129,24 +141,6 @@ def run_quietly(commands, what):
         tail = "\n".join(outputs[failed].strip().splitlines()[-15:])
         raise SystemExit(f"bench: {what} failed (exit {processes[failed].returncode}):\n{tail}")
     return "".join(outputs)
-
-
-def _run_together(commands, logs):
-    """Run `commands` into `logs` until all end or one fails (the rest stopped); return (processes, failed index)."""
-    processes, failed = [], None
-    try:
-        for command, (out, err) in zip(commands, logs):
-            processes.append(subprocess.Popen(command, stdout=out, stderr=err, text=True,
-                                              env={**os.environ, "PYTHONPATH": REPO}))
-        while any(p.poll() is None for p in processes) and not any(p.poll() for p in processes):
-            time.sleep(0.1)
-        failed = next((i for i, p in enumerate(processes) if p.poll()), None)
-    finally:
-        for p in processes:
-            if p.poll() is None:
-                p.terminate()
-                p.wait()
-    return processes, failed
 
 
 def tasks_peak_resident_bytes(output):
@@ -403,27 +397,17 @@ def group_table(records):
         low = statistics.median(r["throughput"]["p16"] for r in group)
         high = statistics.median(r["throughput"]["p84"] for r in group)
         speedup = median[(runner, w)] / base
+        priced = [r for r in group if r["step_over_point"] is not None]  # none for an asynchronous run
+        step_over_point = f"{statistics.median(r['step_over_point'] for r in priced):.2f}" if priced else "-"
+        inside = f"{sum(r['inside_interval'] for r in priced)}/{len(priced)}" if priced else "-"
         lines.append(f"{runner:16s} {w:2d} {median[(runner, w)]:10,.0f} {f'[{low:,.0f}, {high:,.0f}]':>17s} "
                      f"{speedup:8.2f} {speedup / w:5.2f} {median[(runner, w)] / best:5.2f} "
                      f"{f'{statistics.median(ratio):.2f}' if ratio else '-':>9s} "
-                     f"{median_or_dash([r['step_over_point'] for r in group]):>10s} "
-                     f"{inside_count([r.get('inside_interval') for r in group]):>11s}")
+                     f"{step_over_point:>10s} {inside:>11s}")
     lines += [f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}" for r in records if "skipped" in r]
     lines += sorted({f"  {r['runner']}: outside the model, {r['outside_the_model']}" for r in records
                      if r.get("outside_the_model")})
     return lines
-
-
-def inside_count(values):
-    """How many of the runs' steps fell inside their interval, of how many have one: "2/3", or "-"."""
-    known = [v for v in values if v is not None]
-    return f"{sum(known)}/{len(known)}" if known else "-"
-
-
-def median_or_dash(values):
-    """The median of the known values, to two places, or "-"."""
-    known = [v for v in values if v is not None]
-    return f"{statistics.median(known):.2f}" if known else "-"
 
 
 def extrapolate(args, prepared):

@@ -149,9 +149,9 @@ def _compare_exactly(a, b, dtype):
     # As Python ints, differences of any integer dtype neither overflow nor round.
     pairs = list(zip(a[unequal].tolist(), b[unequal].tolist()))
     numeric = dtype.is_integer or dtype.is_bool  # strings have equality but no distance
-    return {"max_abs_diff": max((abs(x - y) for x, y in pairs), default=0) if numeric else None,
-            "max_scaled_diff": _scaled(max((abs(x - y) for x, y in pairs), default=0), np.abs(a).max(initial=0))
-            if numeric else None,
+    largest = max((abs(x - y) for x, y in pairs), default=0) if numeric else None
+    return {"max_abs_diff": largest,
+            "max_scaled_diff": _scaled(largest, np.abs(a).max(initial=0)) if numeric else None,
             "max_ulp": None, "differing": len(pairs), "size": int(a.size), "identical": not pairs,
             "within_tolerance": not pairs}
 

@@ -8,11 +8,10 @@ from harness import UsageError, cluster_spec, data, flags, models
 def reference(parser):
     flags.DEFINE_integer("emulate_workers", 1, "compute each step as this many workers' shards, combined as they "
                          "combine them", lower_bound=1, flag_values=parser)
-    resumable(parser)
 
 
 def resumable(parser):
-    """The flags of periodic checkpoints and resuming (harness/checkpoints.py)."""
+    """The flags of periodic checkpoints and resuming (harness/checkpoints.py), which every runner has."""
     flags.DEFINE_integer("save_every", 0, "steps between periodic checkpoints (0: only the final one)", lower_bound=0,
                          flag_values=parser)
     flags.DEFINE_boolean("resume", False, "continue from the latest complete checkpoint in --ckpt_dir",
@@ -62,7 +61,6 @@ def parameter_servers(parser):
     flags.DEFINE_boolean("sync", True, "synchronous (default) or asynchronous", flag_values=parser)
     flags.DEFINE_boolean("sync_replicas", False, "synchronous with TensorFlow's own SyncReplicasOptimizer "
                          "(not exact: for make bench, not verify)", flag_values=parser)
-    resumable(parser)
 
 
 def check_parameter_servers(args):
@@ -76,12 +74,10 @@ def check_parameter_servers(args):
 def horovod(parser):
     flags.DEFINE_boolean("sparse_as_dense", False, "densify every sparse gradient (the embedding's, and the "
                          "sampled softmax's) and allreduce it instead of allgathering its rows", flag_values=parser)
-    resumable(parser)
 
 
 def hybrid(parser):
     cluster(parser)
-    resumable(parser)
     flags.DEFINE_boolean("average_sparse", True, "average the sparse gradients over workers (default) or sum "
                          "them, as Parallax does by default", flag_values=parser)
     flags.DEFINE_boolean("local_aggregation", False, "the workers of one machine (one host of --worker_hosts) sum "
@@ -103,6 +99,7 @@ def parse(script, description, argv=None):
     define, check = RUNNERS[script]
     parser = flags.parser(script, description)
     define(parser)
+    resumable(parser)
     args = flags.parse(parser, argv)
     check(args)
     return args

@@ -91,10 +91,7 @@ def average_worker_gradients(per_worker):
         if isinstance(grads[0], tf.IndexedSlices):
             averaged.append(concatenate_slices(grads, num_workers))
         else:
-            total = grads[0]
-            for g in grads[1:]:
-                total = total + g
-            averaged.append(total * (1.0 / num_workers))
+            averaged.append(sum(grads[1:], grads[0]) * (1.0 / num_workers))  # added in worker order
     return tf.nest.pack_sequence_as(per_worker[0], averaged)
 
 
@@ -147,10 +144,7 @@ def clip_scale(rule, squares):
     """(global norm, the factor clipping it to clip_norm) from the squared norms (None: outside it), added left to
     right in the model's order (add_n's order is the kernel's)."""
     squares = [square for square in squares if square is not None]
-    total = squares[0]
-    for square in squares[1:]:
-        total = total + square
-    global_norm = tf.sqrt(total)
+    global_norm = tf.sqrt(sum(squares[1:], squares[0]))
     if not rule.clip_norm:
         return global_norm, 1.0
     return global_norm, rule.clip_norm / tf.maximum(global_norm, rule.clip_norm)

@@ -61,7 +61,6 @@ class Docker(LocalProcess):
         self.image = image
         self.run = f"lstm-dist-{os.getpid()}-{uuid.uuid4().hex[:6]}"  # names the containers and the network
         self.network = None
-        self.containers = {}  # pid of a task's `docker run` client: its container's name
         atexit.register(self.close)
         # kill (SIGTERM) must tear a run down as Ctrl-C does, or its containers and network would stay behind.
         if threading.current_thread() is threading.main_thread():
@@ -107,7 +106,6 @@ class Docker(LocalProcess):
 
     def start(self, task):
         process = super().start(dataclasses.replace(task, argv=self.command(task), env={}), stdin=subprocess.PIPE)
-        self.containers[process.pid] = f"{self.run}-{task.name}"
         threading.Thread(target=heartbeat, args=(process,), daemon=True).start()
         return process
 
@@ -131,7 +129,6 @@ class Docker(LocalProcess):
     def free_ports(self, host, count):
         """Each task has a container, so a network namespace, of its own: the same ports are free in every one."""
         return list(range(PORT, PORT + count))
-
 
 
 def main():
