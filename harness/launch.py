@@ -7,11 +7,13 @@
 Flags before "--" are the launcher's, after it the runner's. docs/cluster.md shows hosts, Slurm, MPI and Docker.
 """
 import dataclasses
+import importlib
 import math
 import os
 import re
 import socket
 import sys
+import types
 
 import harness
 from harness import REPO, data, flags, models, partition_search, results, runner_flags
@@ -230,10 +232,13 @@ def check_environment(args):
             raise harness.UsageError(f"--hosts: unknown host {host}")
     if args.ssh_config and not os.path.isfile(args.ssh_config):
         raise harness.UsageError(f"--ssh_config: {args.ssh_config} does not exist")
-    if args.architecture != "tf":
-        try:
-            import horovod.tensorflow  # noqa: F401  (the runner would say the same, once per task)
-            import horovod.runner.gloo_run  # noqa: F401  (the rendezvous runs in this process)
+    if args.architecture != "tf":  # (the runner would say the same, once per task)
+        try:  # Horovod's runner, for the rendezvous here, and its TensorFlow library, without loading TensorFlow
+            import horovod.runner.gloo_run
+            from horovod.common.util import get_extension_full_path
+            library = get_extension_full_path(horovod.__file__, "tensorflow", "mpi_lib")
+            if not os.path.exists(library):
+                raise ImportError(f"{library} is not built")
         except ImportError as error:
             raise harness.UsageError(f"Horovod is not usable ({error}): run make setup")
     if args.mpi:
@@ -249,7 +254,19 @@ def starter_for(args):
     return (STARTERS[flag] if flag else LocalProcess).from_flags(args)
 
 
+class Deferred(types.ModuleType):
+    """Stands in sys.modules for a module not yet imported; its first attribute read imports it and reads there."""
+
+    def __getattr__(self, name):
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
+
+
 def main():
+    # The launcher reads a model's configs and shapes but never runs it: TensorFlow, seconds of CPU and hundreds of
+    # MB, is imported only if the model file uses it as it loads.
+    sys.modules["tensorflow"] = Deferred("tensorflow")
     args = parse_flags(sys.argv[1:])
     with starter_for(args) as starter:
         return run_job(args, starter)

@@ -7,7 +7,6 @@ import zlib
 
 from harness import UsageError, determinism  # noqa: F401  (determinism before TensorFlow: it fixes its kernels)
 import tensorflow as tf  # noqa: E402
-from tensorflow.python.training.saving import saveable_object  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,10 +181,11 @@ class Params:
     def saver(self):
         """A Saver of whole tables by the model's names (a slot as "<name>/<slot>"), so that a checkpoint
         depends neither on the partitioning nor on the strategy."""
+        from harness.whole_table import WholeTable  # here: the launcher reads a model's shapes without TensorFlow
         saved = []
         for name, variable in self.variables.items():
             for kind, value in [("", variable), *[(f"/{slot}", v) for slot, v in self.slots[name].items()]]:
-                saved.append(_WholeTable(value, self.strategy, name + kind) if isinstance(value, list) else value)
+                saved.append(WholeTable(value, self.strategy, name + kind) if isinstance(value, list) else value)
         return tf.compat.v1.train.Saver(saved)
 
 
@@ -213,24 +213,10 @@ class StepRandom:
     def _key(self, name):
         return tf.random.experimental.stateless_fold_in(self.key, zlib.crc32(name.encode()))
 
-    def rows(self, name, shape, dtype=tf.float32):
+    def rows(self, name, shape, dtype="float32"):
         """Uniform [0, 1) numbers of shape [rows, *shape]: drawn for the whole global batch, then sliced."""
         return tf.random.stateless_uniform([self.batch_size, *shape], self._key(name), dtype=dtype)[self.rows_]
 
-    def shared(self, name, shape, dtype=tf.float32):
+    def shared(self, name, shape, dtype="float32"):
         """Uniform [0, 1) numbers of `shape`, the same for every worker."""
         return tf.random.stateless_uniform(list(shape), self._key(name), dtype=dtype)
-
-
-class _WholeTable(saveable_object.SaveableObject):
-    """A partitioned variable saved as one tensor, its parts joined in row order; restoring splits it back."""
-
-    def __init__(self, parts, strategy, name):
-        self.parts, self.strategy = parts, strategy
-        whole = join_rows([part.read_value() for part in parts], strategy)
-        super().__init__(whole, [saveable_object.SaveSpec(whole, "", name)], name)
-
-    def restore(self, restored_tensors, restored_shapes):
-        rows = split_rows(restored_tensors[0], part_rows(sum(part.shape[0] for part in self.parts),
-                                                         len(self.parts), self.strategy))
-        return tf.group(*[part.assign(value) for part, value in zip(self.parts, rows)])

@@ -40,6 +40,35 @@ def test_tasks_are_stopped_together_within_one_grace_period():
     assert ended >= started + 3  # the grace period was given
 
 
+# What the launcher does with a model (its flags checked, its configs and shapes read), under the launcher's
+# deferred TensorFlow; then whether TensorFlow was loaded, and whether it loads once used.
+READS_EVERY_MODEL = """import sys
+import harness.determinism
+from harness import launch, models
+sys.modules["tensorflow"] = launch.Deferred("tensorflow")
+for name in sys.argv[1:]:
+    for config in models.load(name).CONFIGS:
+        for architecture in launch.SCRIPTS:
+            args = launch.parse_flags([architecture, "--workers=2", "--net=1gbit", "--", f"--model={name}",
+                                       f"--config={config}"])
+            model, chosen = models.from_flags(args.runner_args)
+            launch.gloo_timeout_seconds(model, chosen, 2, args.net)
+print("tensorflow.python" in sys.modules)
+import tensorflow as tf
+print(int(tf.constant(7)), "tensorflow.python" in sys.modules)
+"""
+
+
+def test_the_launcher_reads_every_model_without_loading_tensorflow(tmp_path):
+    """The built-in models and the tests' own keep TensorFlow inside their functions, so a launcher loads no
+    TensorFlow (seconds of CPU and hundreds of MB a launch); the deferred module still loads it when used."""
+    result = subprocess.run([sys.executable, "-c", READS_EVERY_MODEL, "lstm", "transformer",
+                             os.path.join(REPO, "tests", "models", "bag_of_words.py")], cwd=tmp_path,
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "7", "True"]
+
+
 @pytest.mark.parametrize("architecture", ["horovod", "parallax"])
 def test_without_a_usable_horovod_the_launcher_says_run_make_setup(tmp_path, assert_usage_error, architecture):
     broken = tmp_path / "broken" / "horovod"
