@@ -66,17 +66,19 @@ def image(engine):
 
 
 def test_verify_in_containers(image, tmp_path):
-    """The verify flow with every task in its own container: the same table and verify.json, every
-    synchronous run identical to the reference, run in a container too; nothing left behind."""
+    """The verify flow with every task in its own container: the same table and verify.json, each
+    architecture identical to the reference, run in a container too; nothing left behind. (Its variants,
+    dense, local and asynchronous, are runner flags the containers pass on as they are: make verify tests them.)"""
     result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", "--steps=20",
-                             "--warmup_steps=5", "--workers=2", f"--docker={image}"], cwd=tmp_path,
+                             "--warmup_steps=5", "--workers=2", "--runs=reference,tf,horovod,parallax",
+                             f"--docker={image}"], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     assert "verify: PASSED" in result.stdout
     verdict = json.loads((tmp_path / "results" / "verify.json").read_text())
     assert verdict["passed"] and verdict["match"] == "identical"
     synchronous = {run["name"] for run in verdict["runs"] if run["expected"] in ("reference", "identical")}
-    assert synchronous == {"reference", "tf", "horovod", "horovod-dense", "parallax", "parallax-local"}
+    assert synchronous == {"reference", "tf", "horovod", "parallax"}
     for pair in verdict["pairs"]:
         if {pair["a"], pair["b"]} <= synchronous:
             assert pair["identical"], pair
