@@ -100,6 +100,10 @@ def serve(cluster, args):
                 if over():
                     return
                 cluster.exit_if_unreachable(["worker0"], starting=not chief_seen)
+    # Leave after the chief: the rest of its last step, and its cleanup, still call this server.
+    deadline = time.monotonic() + args.timeout
+    while cluster.reachable("worker0") and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def run_over(num_ps):
