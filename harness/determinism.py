@@ -1,9 +1,12 @@
-"""TensorFlow settings that make identical runs, and differently built graphs of one computation, train the same bits.
-Import it before TensorFlow, which reads them when it loads; docs/architecture.md, "Determinism"."""
+"""How every process loads TensorFlow: with the settings that make identical runs, and differently built graphs of one
+computation, train the same bits (docs/architecture.md, "Determinism"), and only once it is used. Import it before
+TensorFlow."""
+import importlib
 import os
 import sys
+import types
 
-if "tensorflow.python" in sys.modules:  # loaded, not merely deferred (the launcher's, harness/launch.py)
+if "tensorflow.python" in sys.modules:  # loaded, not merely deferred (below)
     raise ImportError("import harness.determinism before tensorflow: it fixes TensorFlow's kernels")
 # oneDNN's kernels order their sums by shape and thread count: every process must use plain Eigen kernels.
 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
@@ -13,10 +16,26 @@ os.environ["TF_DETERMINISTIC_OPS"] = "1"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+class Deferred(types.ModuleType):
+    """Stands in sys.modules for a module not yet imported; the first attribute read imports it, and the stand-in
+    takes its namespace. A program that rejects its flags, and the launcher, which reads a model's configs and
+    shapes but never runs it, so never pay TensorFlow's seconds of CPU and hundreds of MB."""
+
+    def __getattr__(self, name):
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        module = importlib.import_module(self.__name__)
+        self.__dict__.update(module.__dict__)
+        return getattr(module, name)
+
+
+sys.modules.setdefault("tensorflow", Deferred("tensorflow"))
+
+
 def session_config(args):
     """The session configuration of every process: fixed thread counts fix the order of sums, and Grappler's
     arithmetic optimiser is off because it regroups sums by the whole graph's shape."""
-    import tensorflow as tf  # here: the launcher imports this module and never TensorFlow
+    import tensorflow as tf
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=args.intra_op_threads,
                                       inter_op_parallelism_threads=args.inter_op_threads)
     rewrites = config.graph_options.rewrite_options

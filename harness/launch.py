@@ -7,13 +7,11 @@
 Flags before "--" are the launcher's, after it the runner's. docs/cluster.md shows hosts, Slurm, MPI and Docker.
 """
 import dataclasses
-import importlib
 import math
 import os
 import re
 import socket
 import sys
-import types
 
 import harness
 from harness import REPO, data, flags, models, partition_search, results, runner_flags
@@ -254,19 +252,7 @@ def starter_for(args):
     return (STARTERS[flag] if flag else LocalProcess).from_flags(args)
 
 
-class Deferred(types.ModuleType):
-    """Stands in sys.modules for a module not yet imported; its first attribute read imports it and reads there."""
-
-    def __getattr__(self, name):
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        return getattr(importlib.import_module(self.__name__), name)
-
-
 def main():
-    # The launcher reads a model's configs and shapes but never runs it: TensorFlow, seconds of CPU and hundreds of
-    # MB, is imported only if the model file uses it as it loads.
-    sys.modules["tensorflow"] = Deferred("tensorflow")
     args = parse_flags(sys.argv[1:])
     with starter_for(args) as starter:
         return run_job(args, starter)

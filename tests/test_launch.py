@@ -40,12 +40,11 @@ def test_tasks_are_stopped_together_within_one_grace_period():
     assert ended >= started + 3  # the grace period was given
 
 
-# What the launcher does with a model (its flags checked, its configs and shapes read), under the launcher's
-# deferred TensorFlow; then whether TensorFlow was loaded, and whether it loads once used.
+# What the launcher does with a model (its flags checked, its configs and shapes read); then whether TensorFlow
+# was loaded, and whether it loads once used.
 READS_EVERY_MODEL = """import sys
 import harness.determinism
 from harness import launch, models
-sys.modules["tensorflow"] = launch.Deferred("tensorflow")
 for name in sys.argv[1:]:
     for config in models.load(name).CONFIGS:
         for architecture in launch.SCRIPTS:
