@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from harness import data, placement
 from harness.training import StepFeed
-from harness.variables import Params, part_rows
+from harness.partitioning import part_rows
+from harness.variables import Params
 
 FLOAT_BYTES = 4  # float32 values
 INDEX_BYTES = 4  # int32 row indices (the word ids)

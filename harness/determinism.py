@@ -30,12 +30,12 @@ class Deferred(types.ModuleType):
 
 
 sys.modules.setdefault("tensorflow", Deferred("tensorflow"))
+import tensorflow as tf  # noqa: E402  (the stand-in, until first used)
 
 
 def session_config(args):
     """The session configuration of every process: fixed thread counts fix the order of sums, and Grappler's
     arithmetic optimiser is off because it regroups sums by the whole graph's shape."""
-    import tensorflow as tf
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=args.intra_op_threads,
                                       inter_op_parallelism_threads=args.inter_op_threads)
     rewrites = config.graph_options.rewrite_options

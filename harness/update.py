@@ -7,7 +7,8 @@ from typing import Callable
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
-from harness.variables import deduplicate, join_rows  # noqa: E402
+from harness.partitioning import join_rows  # noqa: E402
+from harness.variables import deduplicate  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

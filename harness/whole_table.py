@@ -2,7 +2,7 @@
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
-from harness.variables import join_rows, part_rows, split_rows
+from harness.partitioning import join_rows, part_rows, split_rows
 
 
 class WholeTable(saveable_object.SaveableObject):

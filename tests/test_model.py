@@ -12,7 +12,8 @@ import tensorflow as tf
 from conftest import REPO, bit_identical
 from harness import data, determinism, models, update
 from harness.training import StepFeed
-from harness.variables import Params, StepRandom, Variable, initial_value, join_rows, part_rows, split_rows
+from harness.partitioning import join_rows, part_rows, split_rows
+from harness.variables import Params, StepRandom, Variable, initial_value
 
 LSTM = models.load("lstm")
 TINY = LSTM.CONFIGS["tiny"]
