@@ -1,8 +1,9 @@
 """How a partitioned variable is checkpointed: as one tensor, so that a checkpoint depends on no partitioning."""
-import tensorflow as tf
-from tensorflow.python.training.saving import saveable_object
+from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
+import tensorflow as tf  # noqa: E402
+from tensorflow.python.training.saving import saveable_object  # noqa: E402
 
-from harness.partitioning import join_rows, part_rows, split_rows
+from harness.partitioning import join_rows, part_rows, split_rows  # noqa: E402
 
 
 class WholeTable(saveable_object.SaveableObject):
