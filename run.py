@@ -18,12 +18,13 @@ import tensorflow as tf
 def reference_step(model, config, seed, feed, num_workers):
     """One step as `num_workers` shards: (params, gradient kinds, objective, final state, global norm, train op)."""
     params = Params(model, config, seed)
-    objectives, final_states, gradients = [], [], []
-    for r in range(num_workers):  # worker r's forward and backward pass, on its rows only
-        objective, final_state = feed.loss(params, seed, data.shard(config.batch_size, r, num_workers))
-        objectives.append(objective)
-        final_states.append(final_state)
-        gradients.append(params.gradients(objective))
+    # worker r's forward pass, on its rows only
+    losses, final_states = zip(*[feed.loss(params, seed, data.shard(config.batch_size, r, num_workers))
+                                 for r in range(num_workers)])
+    if isinstance(losses[0], training.TokenLoss):  # (sum, count) losses: every worker's count, added
+        mean_count = tf.add_n([tf.cast(loss.count, tf.float32) for loss in losses]) / num_workers
+    objectives = [training.worker_objective(loss, lambda _: mean_count) for loss in losses]
+    gradients = [params.gradients(objective) for objective in objectives]  # worker r's backward pass
     train_op, global_norm = update.update(params, update.average_worker_gradients(gradients), feed.learning_rate,
                                           feed.step)
     final_state = final_states[0] if feed.initial_state is None else tf.concat(final_states, axis=0)

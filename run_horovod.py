@@ -38,6 +38,8 @@ def main():
     feed = StepFeed(model, config, batches, rows)
     params = Params(model, config, args.seed)
     objective, final_state = feed.loss(params, args.seed)
+    # Horovod: a (sum, count) loss divided by the workers' mean count
+    objective = training.worker_objective(objective, lambda count: hvd.allreduce(count, op=hvd.Sum) / hvd.size())
     gradients = params.gradients(objective)
     kinds = placement.gradient_kinds(params.variables, gradients)
     if args.sparse_as_dense:

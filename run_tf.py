@@ -42,9 +42,11 @@ def main():
             ps_strategy=placement.GreedyBySize(len(args.ps_hosts)))):
         params = Params(model, config, args.seed, sparse, args.partitions, args.partition_strategy)
         objective, final_state = feed.loss(params, args.seed)
-        gradients = params.gradients(objective)
         step_kind = (ps_steps.SyncReplicasStep if args.sync_replicas else ps_steps.SynchronousStep if args.sync
                      else ps_steps.AsynchronousStep)
+        # PS: a (sum, count) loss divided by the workers' mean count (the asynchronous kinds: its own count)
+        objective = training.worker_objective(objective, step_kind.mean_count(feed.step, rank, num_workers))
+        gradients = params.gradients(objective)
         step_graph = step_kind(params, feed, objective, final_state, gradients, rank, num_workers)
     done = grpc_cluster.run_over(len(args.ps_hosts))
     saver = params.saver()

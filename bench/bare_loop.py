@@ -5,7 +5,7 @@ import json
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
 from harness import determinism, flags, models, training, update
 from harness.timer import ThroughputTimer
-from harness.training import StepFeed
+from harness.training import StepFeed, worker_objective
 from harness.variables import Params
 import tensorflow as tf
 
@@ -24,6 +24,7 @@ def train_step(model, config, seed, feed):
     {name: gradient}); bench.step_trace traces the last two."""
     params = Params(model, config, seed)
     objective, final_state = feed.loss(params, seed)
+    objective = worker_objective(objective)
     gradients = params.gradients(objective)
     train_op, _ = update.update(params, gradients, feed.learning_rate, feed.step)
     return [objective, final_state, train_op], params.variables, dict(zip(params.variables, gradients))

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from harness import data, placement
-from harness.training import StepFeed
+from harness.training import StepFeed, worker_objective
 from harness.partitioning import part_rows
 from harness.variables import Params
 
@@ -37,8 +37,8 @@ class Variable:
 
 def model_variables(model, config, args):
     """The model's variables, each with its gradient's kind as the runners find it."""
-    kinds = placement.variable_kinds(model, config, args.seed, model.data(config, args.data_path, args.seed))
-    return [Variable(name, spec.shape, kinds[name]) for name, spec in model.variables(config).items()]
+    found = placement.model_variables(model, config, args.seed, model.data(config, args.data_path, args.seed))
+    return [Variable(name, shape, kind) for name, (shape, kind) in found.items()]
 
 
 def sparse_share(model, config_name, args):
@@ -63,7 +63,7 @@ def touched_rows(model, config, args, variables, num_workers, sample_steps):
         feed = StepFeed(model, config, model.data(config, args.data_path, args.seed),
                         data.shard(config.batch_size, 0, num_workers))
         params = Params(model, config, args.seed)
-        objective, _ = feed.loss(params, args.seed)
+        objective = worker_objective(feed.loss(params, args.seed)[0])
         raw = tf.compat.v1.gradients(objective, [params.variables[name] for name in sparse])
         indices = dict(zip(sparse, (g.indices for g in raw)))
         found = []

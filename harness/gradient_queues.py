@@ -6,10 +6,10 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import tensorflow as tf  # noqa: E402
 
 
-def queue(name, dtypes, device, capacity=1):
+def queue(name, dtypes, device, capacity=1, shapes=None):
     """A queue on `device` that every task's graph names alike, so they all share it."""
     with tf.device(device):
-        return tf.queue.FIFOQueue(capacity, dtypes, shared_name=name, name=name.replace("/", "_"))
+        return tf.queue.FIFOQueue(capacity, dtypes, shapes, shared_name=name, name=name.replace("/", "_"))
 
 
 def start_gate(rank, num_workers):
@@ -17,6 +17,18 @@ def start_gate(rank, num_workers):
     variables before the chief has initialised them."""
     started = [queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
     return [q.enqueue([0]) for q in started], started[rank].dequeue()
+
+
+def all_sum(value, step, rank, num_workers):
+    """The sum of every worker's scalar `value` of this step, on every worker: each sends its own to every
+    worker's queue, step-tagged, and adds up the W it receives (whole numbers: any order gives the same bits)."""
+    inboxes = [queue(f"sum/worker{r}", [tf.int64, tf.float32], "/job:ps/task:0", num_workers, [[], []])
+               for r in range(num_workers)]
+    sent = [inbox.enqueue([step, value]) for inbox in inboxes]
+    with tf.device(inboxes[rank].queue_ref.device), tf.control_dependencies(sent):
+        tags, values = inboxes[rank].dequeue_many(num_workers)
+        with tf.control_dependencies([tf.debugging.assert_equal(tags, step, message="stale count")]):
+            return tf.reduce_sum(values)
 
 
 class CarriedState:

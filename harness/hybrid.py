@@ -3,7 +3,7 @@ docs/architecture.md, "How each runner synchronises", explains it."""
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
-from harness import gradient_queues, placement, update  # noqa: E402
+from harness import gradient_queues, placement, training, update  # noqa: E402
 from harness.variables import deduplicate  # noqa: E402
 
 
@@ -67,6 +67,7 @@ class HybridStep:
     def __init__(self, args, hvd, params, kinds, feed, rank, num_workers):
         chief = rank == 0
         objective, self.final_state = feed.loss(params, args.seed)
+        objective = training.worker_objective(objective, lambda count: hvd.allreduce(count, op=hvd.Sum) / hvd.size())
         gradients, names = params.gradients(objective), list(params.variables)
         self.sparse = [i for i, name in enumerate(names) if kinds[name] == "sparse"]
         # Dense gradients are averaged by allreduce, and kept on every worker.

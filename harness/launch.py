@@ -34,7 +34,7 @@ def gloo_timeout_seconds(model, config, workers, link):
     0's broadcast of every variable and a slot), which on slow links outlasts the default."""
     if link is None:
         return GLOO_TIMEOUT_SECONDS
-    variable_bytes = sum(4 * math.prod(v.shape) for v in model.variables(config).values())
+    variable_bytes = sum(4 * math.prod(v.shape) for v in models.declared_variables(model, config).values())
     broadcast = 2 * variable_bytes * (workers - 1) * 8 / link.bits_per_second
     return GLOO_TIMEOUT_SECONDS + math.ceil(2 * broadcast)
 
@@ -283,7 +283,8 @@ def run_job(args, starter):
             summary = results.read_json(results.summary_path(runner_args.results_dir, name), "summary")
             return summary["throughput"]["median_step_seconds"]
         best = partition_search.search(trial, runner_args.results_dir,
-                                       min(64, max((v.shape or (1,))[0] for v in model.variables(config).values())))
+                                       min(64, max([(v.shape or (1,))[0] for v in models.declared_variables(model, config).values()],
+                                                       default=1)))
         runner_flags = runner_flags + [f"--partitions={best}"]
     watchers = [watcher for watcher in (counter, args.fault) if watcher]
 

@@ -9,7 +9,7 @@ from harness import REPO, UsageError
 
 BUILT_IN = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "models"))
                   if name.endswith(".py") and not name.startswith("_"))
-REQUIRED = ("CONFIGS", "data", "variables", "loss", "update_rule")
+REQUIRED = ("CONFIGS", "data", "loss", "update_rule")
 
 
 def path_of(name):
@@ -74,6 +74,11 @@ def tolerance(model):
     """(rtol, atol): how far verify lets a run with more than two workers be from the reference."""
     from checkpoints_compare import DEFAULT_ATOL, DEFAULT_RTOL
     return tuple(getattr(model, "TOLERANCE", (DEFAULT_RTOL, DEFAULT_ATOL)))
+
+
+def declared_variables(model, config):
+    """{name: Variable} the model declares (none: copied code's layers make them all while loss builds)."""
+    return model.variables(config) if hasattr(model, "variables") else {}
 
 
 def state_shape(model, config):

@@ -3,7 +3,7 @@ model, bench/traffic.py), workers grouped by machine, and the kind of each varia
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
-from harness.training import StepFeed  # noqa: E402
+from harness.training import StepFeed, worker_objective  # noqa: E402
 from harness.variables import Params  # noqa: E402
 
 
@@ -39,12 +39,19 @@ def gradient_kinds(names, gradients):
             for name, g in zip(names, gradients)}
 
 
-def variable_kinds(model, config, seed, batches):
-    """{variable: "sparse" or "dense"} by the type of the model's gradients, built once in a scratch graph."""
+def model_variables(model, config, seed, batches):
+    """{variable: (shape, "sparse" or "dense")}, declared ones and those the model's layers make, with the type of
+    their gradients, built once in a scratch graph."""
     with tf.Graph().as_default():
         params = Params(model, config, seed)
         objective, _ = StepFeed(model, config, batches, slice(None)).loss(params, seed)
-        return gradient_kinds(params.variables, params.gradients(objective))
+        kinds = gradient_kinds(params.variables, params.gradients(worker_objective(objective)))
+        return {name: (params.specs[name].shape, kind) for name, kind in kinds.items()}
+
+
+def variable_kinds(model, config, seed, batches):
+    """{variable: "sparse" or "dense"} by the type of the model's gradients (model_variables)."""
+    return {name: kind for name, (_, kind) in model_variables(model, config, seed, batches).items()}
 
 
 def print_placement(runner, params, kinds):

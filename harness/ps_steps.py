@@ -17,6 +17,11 @@ class Step:
         """The steps this worker's loop may run (the run's --steps)."""
         return steps
 
+    @staticmethod
+    def mean_count(step, rank, num_workers):
+        """What a (sum, count) loss is divided by: a worker's own count where workers do not step together."""
+        return lambda count: count
+
 
 class SynchronousStep(Step):
     """In step t every worker enqueues its gradient, tagged t, on each variable's parameter server; the chief
@@ -47,6 +52,11 @@ class SynchronousStep(Step):
             with tf.control_dependencies([train_op]):
                 self.release = tf.group([q.enqueue([feed.step + 1]) for q in token_queues])
             self.start = [q.enqueue([0]) for q in token_queues]
+
+    @staticmethod
+    def mean_count(step, rank, num_workers):
+        """The mean of the workers' counts of this step: each sends its own to every worker."""
+        return lambda count: gradient_queues.all_sum(count, step, rank, num_workers) / num_workers
 
     def run(self, cluster, session, step, step_feed):
         first, self.started = not self.started, True  # (a resumed run's first step is not step 0)

@@ -1,12 +1,13 @@
 """The training loop every runner shares, the placeholders of one worker's share of a training step, and what
 to feed them at step t."""
 import time
+import typing
 
 import numpy as np
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
-from harness import models
+from harness import layers, models
 from harness.variables import StepRandom
 
 
@@ -32,6 +33,24 @@ def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None
         clock = now
 
 
+class TokenLoss(typing.NamedTuple):
+    """A loss returned as (sum, count): a sum over this worker's rows and what it is divided by, counted over the
+    same rows (NMT's and BERT's real tokens), so that the global batch's objective is the global sum over the
+    global count."""
+    sum: object
+    count: object
+
+
+def worker_objective(objective, mean_count=lambda count: count):
+    """The objective whose gradient a worker sends: a mean over rows as it is; a TokenLoss's sum over the mean of
+    the workers' counts (`mean_count(own count)`; default the worker's own), so that the workers' averaged gradients are the gradient of the
+    global sum over the global count. Counts are whole numbers: any order of adding them gives the same bits."""
+    if not isinstance(objective, TokenLoss):
+        return objective
+    count = tf.stop_gradient(tf.cast(objective.count, tf.float32))
+    return tf.cast(objective.sum, tf.float32) / mean_count(count)
+
+
 class StepFeed:
     """Placeholders for rows `rows` (a slice of the global batch) of a step: the inputs, the state carried in
     (zeros at the start of every epoch; None without state) and the step; and the step's learning rate."""
@@ -50,16 +69,20 @@ class StepFeed:
 
     def loss(self, params, seed, shard=None):
         """(the model's objective of rows `shard` (default: every fed row), the rows' new state, or for a model
-        without state an op whose fetched value is None), its randomness keyed by (seed, step)."""
+        without state an op whose fetched value is None), its randomness keyed by (seed, step). A loss that
+        returns (sum, count) gives a TokenLoss: worker_objective makes it the objective."""
         rows = self.fed if shard is None else range(self.config.batch_size)[shard]
         local = slice(rows.start - self.fed.start, rows.stop - self.fed.start)
         inputs, state = self.inputs, self.initial_state
         if rows != self.fed:  # run.py's emulated workers: a shard of the fed rows
             inputs, state = tuple(x[local] for x in inputs), None if state is None else state[local]
         random = StepRandom(seed, self.step, slice(rows.start, rows.stop), self.config.batch_size)
-        if state is None:
-            return self.model.loss(self.config, params, inputs, random), tf.no_op()
-        return self.model.loss(self.config, params, inputs, random, state)
+        with layers.captured(params, random, getattr(self.model, "NAME", self.model.__name__)):  # copied code's layers and dropout, made the toolkit's
+            if state is None:
+                objective, final_state = self.model.loss(self.config, params, inputs, random), tf.no_op()
+            else:
+                objective, final_state = self.model.loss(self.config, params, inputs, random, state)
+        return (TokenLoss(*objective) if isinstance(objective, tuple) else objective), final_state
 
     def __call__(self, step, state):
         """The feed dict of `step`; `state` is the state fetched at step - 1 (None at the first step)."""

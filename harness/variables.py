@@ -5,7 +5,7 @@ import dataclasses
 import math
 import zlib
 
-from harness import UsageError, determinism  # noqa: F401  (determinism before TensorFlow: it fixes its kernels)
+from harness import UsageError, determinism, models  # noqa: F401  (determinism before TensorFlow: it fixes its kernels)
 import tensorflow as tf  # noqa: E402
 
 from harness.partitioning import join_rows, part_rows  # noqa: E402
@@ -94,30 +94,52 @@ class Params:
     in `partitioned` are split by rows into `partitions` parts (part_rows)."""
 
     def __init__(self, model, config, seed, partitioned=(), partitions=1, strategy="mod"):
-        self.config, self.strategy = config, strategy
+        self.config, self.seed, self.strategy = config, seed, strategy
         self.rule = model.update_rule(config)
-        self.specs = model.variables(config)
+        self.specs, self.variables, self.slots = {}, {}, {}
         self.partitioned = tuple(partitioned) if partitions > 1 else ()
-        self.variables, self.slots = {}, {}
-        for name, spec in self.specs.items():
-            if name in self.partitioned:
-                if partitions > spec.shape[0]:
-                    raise UsageError(f"--partitions={partitions}: more parts than the {spec.shape[0]:,} rows of {name}")
-                self.variables[name] = [_variable(f"{name}/part_{p}", spec, seed, name, rows) for p, rows in
-                                        enumerate(part_rows(spec.shape[0], partitions, strategy))]
-            else:
-                self.variables[name] = _variable(name, spec, seed, name, None)
-            self.slots[name] = {}
-            for slot, value in self.rule.optimizer.slots:
-                parts = []
-                for part in tf.nest.flatten(self.variables[name]):
-                    # Beside its variable: device(None) drops the caller's device functions (a parameter-server
-                    # placement would otherwise place it, and count it, as a variable of its own).
-                    with tf.compat.v1.device(None), tf.compat.v1.device(part.device):
-                        parts.append(tf.compat.v1.get_variable(f"{part.op.name}/{slot}", part.shape, tf.float32,
-                                                               tf.compat.v1.constant_initializer(value),
-                                                               trainable=False))
-                self.slots[name][slot] = parts if isinstance(self.variables[name], list) else parts[0]
+        self.partitions, self.built, self.sealed = partitions, {}, False
+        for name, spec in models.declared_variables(model, config).items():
+            self.declare(name, spec)
+
+    def declare(self, name, spec, create=None):
+        """Add variable `name` (in parts when partitioned) and its slots; `create(initial_value=, shape=)` makes
+        a whole one (default: tf.compat.v1.get_variable; harness/layers.py passes a layer's own creator)."""
+        self.specs[name] = spec
+        if name in self.partitioned:
+            if create is not None:
+                raise UsageError(f"--partitions={self.partitions}: {name} comes from a layer; only variables "
+                                 f"declared in variables() can be split")
+            if self.partitions > spec.shape[0]:
+                raise UsageError(f"--partitions={self.partitions}: more parts than the {spec.shape[0]:,} rows of "
+                                 f"{name}")
+            self.variables[name] = [_variable(f"{name}/part_{p}", spec, self.seed, name, rows) for p, rows in
+                                    enumerate(part_rows(spec.shape[0], self.partitions, self.strategy))]
+        elif create is not None:
+            self.variables[name] = create(initial_value=lambda: initial_value(spec, self.seed, name),
+                                          shape=spec.shape)
+        else:
+            self.variables[name] = _variable(name, spec, self.seed, name, None)
+        self.slots[name] = {}
+        for slot, value in self.rule.optimizer.slots:
+            parts = []
+            for part in tf.nest.flatten(self.variables[name]):
+                # Beside its variable: device(None) drops the caller's device functions (a parameter-server
+                # placement would otherwise place it, and count it, as a variable of its own).
+                with tf.compat.v1.device(None), tf.compat.v1.device(part.device):
+                    parts.append(tf.compat.v1.get_variable(f"{part.op.name}/{slot}", part.shape, tf.float32,
+                                                           tf.compat.v1.constant_initializer(value),
+                                                           trainable=False))
+            self.slots[name][slot] = parts if isinstance(self.variables[name], list) else parts[0]
+        return self.variables[name]
+
+    def build(self, make):
+        """make() the first time a graph's loss asks, the same objects after: copied code's layers (whose
+        variables belong to one graph) made once, however many workers run.py emulates."""
+        key = make.__code__
+        if key not in self.built:
+            self.built[key] = make()
+        return self.built[key]
 
     def __getitem__(self, name):
         """The whole value of a variable, read once (its gradient is dense)."""

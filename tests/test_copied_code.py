@@ -1,0 +1,136 @@
+"""Copied TensorFlow 2 / Keras code through the contract (harness/layers.py, docs/your-model.md "From copied code"):
+the variables its layers make are the toolkit's, its dropout is keyed by row, a loss may return (sum, count); and
+what it refuses, in one line."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, checkpoint_tensors, run_script
+from harness import layers, models
+from harness.variables import Params, StepRandom
+
+TAGGER = os.path.join(REPO, "tests", "models", "keras_tagger.py")
+
+
+def test_verify_finds_a_keras_model_identical_in_every_runner_and_resumed(tmp_path):
+    """make verify MODEL=tests/models/keras_tagger.py FAULTS=1 at W = 2: Keras layers, Keras dropout, Adam and a
+    (sum, count) loss, identical bit for bit in every synchronous run, killed and resumed ones included."""
+    result = run_script("verify.py", f"--model={TAGGER}", "--steps=8", "--warmup_steps=1", "--faults",
+                        cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "results/verify.json").read_text())
+    synchronous = [p for p in verdict["pairs"] if "tf-async" not in (p["a"], p["b"])]
+    assert {p["b"] for p in synchronous} >= {"tf", "horovod", "parallax", "tf-fault", "parallax-fault"}
+    assert verdict["passed"] and all(p["identical"] for p in synchronous)
+    kinds = {name: v["kind"] for name, v in
+             json.loads((tmp_path / "results/verify-parallax.json").read_text())["variables"].items()}
+    assert kinds == {"tagger/embedding/embeddings": "sparse", "tagger/dense/kernel": "dense",
+                     "tagger/dense/bias": "dense", "tagger/layer_normalization/gamma": "dense",
+                     "tagger/layer_normalization/beta": "dense", "tagger/dense_1/kernel": "dense",
+                     "tagger/dense_1/bias": "dense"}
+    saved = checkpoint_tensors(tmp_path / "checkpoints/verify/parallax")
+    assert {"tagger/dense/kernel", "tagger/dense/kernel/Adam", "tagger/embedding/embeddings"} <= set(saved)
+    # Trained: not the initial zeros of the bias.
+    assert np.abs(saved["tagger/dense/bias"]).max() > 0
+
+
+def layer_kernel(initializer, shape, seed=1):
+    """The initial kernel a Dense layer with `initializer` gets inside the toolkit's loss, for inputs of shape
+    [2, shape[0]]."""
+    model = models.load(TAGGER)
+    config = model.CONFIGS["tiny"]
+    with tf.Graph().as_default():
+        params = Params(model, config, seed)
+        with layers.captured(params, StepRandom(seed, 0, slice(0, 2), 2), "test"):
+            tf.keras.layers.Dense(shape[1], kernel_initializer=initializer)(tf.zeros([2, shape[0]]))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            return session.run(params.variables["dense/kernel"])
+
+
+@pytest.mark.parametrize("initializer", [
+    "glorot_uniform", "glorot_normal", "he_normal", "he_uniform", "lecun_normal",
+    tf.keras.initializers.RandomUniform(-0.3, 0.7), tf.keras.initializers.RandomNormal(1.0, 2.0),
+    tf.keras.initializers.TruncatedNormal(0.5, 0.2), tf.keras.initializers.VarianceScaling(2.0, "fan_out", "uniform"),
+    tf.keras.initializers.VarianceScaling(1.0, "fan_in", "untruncated_normal"),
+    tf.compat.v1.glorot_uniform_initializer(seed=3), tf.compat.v1.random_normal_initializer(0.0, 0.3, seed=3),
+])
+def test_a_layer_s_weights_are_keyed_draws_of_its_own_initializer_s_kind(initializer):
+    shape = [120, 90]
+    ours = layer_kernel(initializer, shape)
+    theirs = tf.keras.initializers.get(initializer)(shape).numpy() if isinstance(initializer, str) else \
+        initializer(shape).numpy()
+    assert abs(ours.mean() - theirs.mean()) < 0.05 * theirs.std() + 0.01 * abs(theirs.mean())
+    assert abs(ours.std() / theirs.std() - 1) < 0.03
+    assert ours.min() >= theirs.min() - 0.05 * theirs.std() and ours.max() <= theirs.max() + 0.05 * theirs.std() \
+        or not isinstance(initializer, (tf.keras.initializers.RandomUniform, tf.keras.initializers.TruncatedNormal))
+    assert np.array_equal(ours, layer_kernel(initializer, shape)), "drawn from (seed, name): the same every time"
+    assert not np.array_equal(ours, layer_kernel(initializer, shape, seed=2))
+
+
+@pytest.mark.parametrize("shape", [[6, 18], [18, 6]])
+def test_an_orthogonal_weight_is_orthogonal(shape):
+    kernel = layer_kernel("orthogonal", shape).astype(np.float64)
+    small = min(shape)
+    gram = kernel @ kernel.T if shape[0] < shape[1] else kernel.T @ kernel
+    np.testing.assert_allclose(gram, np.eye(small), atol=1e-5)
+
+
+@pytest.mark.parametrize("initializer, value", [("zeros", 0.0), ("ones", 1.0),
+                                                (tf.keras.initializers.Constant(0.25), 0.25)])
+def test_constant_initializers_are_constant(initializer, value):
+    assert (layer_kernel(initializer, [3, 4]) == value).all()
+
+
+def one_step(model_file, workers, cwd):
+    """The variables after one step of run.py at --emulate_workers=W."""
+    ckpt = f"ckpt-{os.path.basename(model_file)}-{workers}"
+    result = run_script("run.py", f"--model={model_file}", "--steps=1", "--warmup_steps=0",
+                        f"--emulate_workers={workers}", f"--ckpt_dir={ckpt}", f"--run_name=w{workers}", cwd=cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return checkpoint_tensors(cwd / ckpt)
+
+
+def largest_scaled_difference(a, b):
+    return max(np.abs(a[name] - b[name]).max() / np.abs(a[name]).max() for name in a if "/Adam" not in name)
+
+
+def test_a_sum_and_count_loss_trains_one_model_at_any_w_where_a_shard_s_normaliser_does_not(tmp_path):
+    """The tagger's masked loss as (sum, real words) is the global mean over real words at W = 1 and 2 (up to the
+    order of adding the rows); divided by the shard's own count, it is another model at W = 2."""
+    per_shard = tmp_path / "per_shard.py"
+    source = open(TAGGER).read()
+    per_shard.write_text(source.replace("return tf.reduce_sum(per_word * real), tf.reduce_sum(real)",
+                                        "return tf.reduce_sum(per_word * real) / tf.reduce_sum(real)"))
+    assert per_shard.read_text() != source
+    token_normalised = largest_scaled_difference(one_step(TAGGER, 1, tmp_path), one_step(TAGGER, 2, tmp_path))
+    shard_normalised = largest_scaled_difference(one_step(str(per_shard), 1, tmp_path),
+                                                 one_step(str(per_shard), 2, tmp_path))
+    assert token_normalised < 1e-5
+    assert shard_normalised > 100 * max(token_normalised, 1e-7)
+
+
+@pytest.mark.parametrize("change, named", [
+    (("self.norm = tf.keras.layers.LayerNormalization()", "self.norm = tf.keras.layers.BatchNormalization()"),
+     "tagger/batch_normalization/moving_mean, not trainable"),
+    (("tagger = params.build(lambda: Tagger(config))", "tagger = Tagger(config)"),
+     "on its second call: each call made new layers; make them once with params.build"),
+    (("tf.keras.layers.Dense(config.tags)", "tf.keras.layers.Dense(config.tags, kernel_initializer=lambda s, "
+                                            "dtype=None: tf.ones(s))"),
+     "tagger/dense_1/kernel, from <lambda>, which cannot be drawn from (seed, name)"),
+    (("x = self.dropout(self.embedding(words), training=training)",
+      "x = tf.transpose(self.dropout(tf.transpose(self.embedding(words), [1, 0, 2]), training=training), [1, 0, 2])"),
+     "dropout on a tensor of shape (6, 2, 8): its first dimension must be the batch's 2 rows"),
+])
+def test_what_the_toolkit_cannot_make_its_own_is_refused_in_one_line(tmp_path, assert_usage_error, change, named):
+    mistaken = tmp_path / "mistaken.py"
+    source = open(TAGGER).read()
+    mistaken.write_text(source.replace(*change))
+    assert mistaken.read_text() != source
+    result = run_script("run.py", f"--model={mistaken}", "--steps=2", "--warmup_steps=1", "--emulate_workers=2",
+                        cwd=tmp_path)
+    assert_usage_error(result, f"--model={mistaken}: ", named)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "checkpoints").exists()
