@@ -43,25 +43,72 @@ class Adagrad:
         return [accumulator.assign(accumulated), part.assign_sub(learning_rate * g / tf.sqrt(accumulated))]
 
 
+def dense(g, part):
+    """A gradient as a dense tensor of the part's shape: a sparse one (each row once) summed into zeros, so that
+    0 + g gives the bits of the densified gradient."""
+    if isinstance(g, tf.IndexedSlices):
+        return tf.math.unsorted_segment_sum(g.values, g.indices, part.shape[0])
+    return g
+
+
+@dataclasses.dataclass(frozen=True)
+class Momentum:
+    """accum = momentum * accum + g; var -= lr * accum (Nesterov: lr * (g + momentum * accum)). A sparse gradient
+    updates every row: each row's momentum keeps moving it (TensorFlow 1's sparse kernel updated only the rows
+    touched, another rule)."""
+    momentum: float = 0.9
+    nesterov: bool = False
+
+    slots = (("Momentum", 0.0),)
+
+    def apply(self, part, slots, g, learning_rate, step):
+        (accumulator,) = slots
+        g = dense(g, part)
+        accumulated = self.momentum * accumulator + g
+        step_ = g + self.momentum * accumulated if self.nesterov else accumulated
+        return [accumulator.assign(accumulated), part.assign_sub(learning_rate * step_)]
+
+
+@dataclasses.dataclass(frozen=True)
+class RMSProp:
+    """ms = rho * ms + (1 - rho) * g * g; var -= lr * g / (sqrt(ms) + epsilon), as Keras' RMSprop. A sparse gradient
+    decays every row's mean square, as its densified form does."""
+    rho: float = 0.9
+    epsilon: float = 1e-7
+
+    slots = (("RMSProp", 0.0),)
+
+    def apply(self, part, slots, g, learning_rate, step):
+        (mean_square,) = slots
+        g = dense(g, part)
+        mean_square_new = self.rho * mean_square + (1.0 - self.rho) * g * g
+        return [mean_square.assign(mean_square_new),
+                part.assign_sub(learning_rate * g / (tf.sqrt(mean_square_new) + self.epsilon))]
+
+
 @dataclasses.dataclass(frozen=True)
 class Adam:
     """Adam with bias correction from the step; a sparse gradient updates every row, whose moments all decay, as
-    TensorFlow's does."""
+    TensorFlow's does. weight_decay > 0 makes it AdamW (Loshchilov and Hutter 2019): var -= lr * weight_decay *
+    var besides, decoupled from the moments, as Keras' AdamW."""
     beta1: float = 0.9
     beta2: float = 0.999
     epsilon: float = 1e-8
+    weight_decay: float = 0.0
 
     slots = (("Adam", 0.0), ("Adam_1", 0.0))
 
     def apply(self, part, slots, g, learning_rate, step):
         m, v = slots
-        if isinstance(g, tf.IndexedSlices):  # each row once: 0 + g is g, the bits of the densified gradient
-            g = tf.math.unsorted_segment_sum(g.values, g.indices, part.shape[0])
+        g = dense(g, part)
         t = tf.cast(step, tf.float32) + 1.0
         m_new = self.beta1 * m + (1.0 - self.beta1) * g
         v_new = self.beta2 * v + (1.0 - self.beta2) * g * g
         rate = learning_rate * tf.sqrt(1.0 - self.beta2 ** t) / (1.0 - self.beta1 ** t)
-        return [m.assign(m_new), v.assign(v_new), part.assign_sub(rate * m_new / (tf.sqrt(v_new) + self.epsilon))]
+        step_ = rate * m_new / (tf.sqrt(v_new) + self.epsilon)
+        if self.weight_decay:
+            step_ += learning_rate * self.weight_decay * part
+        return [m.assign(m_new), v.assign(v_new), part.assign_sub(step_)]
 
 
 @dataclasses.dataclass(frozen=True)

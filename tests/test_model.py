@@ -13,7 +13,7 @@ from conftest import REPO, bit_identical
 from harness import data, determinism, models, update
 from harness.training import StepFeed
 from harness.partitioning import join_rows, part_rows, split_rows
-from harness.variables import Params, StepRandom, Variable, initial_value
+from harness.variables import Params, StepRandom, Variable, initial_value, uniform
 
 LSTM = models.load("lstm")
 TINY = LSTM.CONFIGS["tiny"]
@@ -267,6 +267,41 @@ def test_adam_updates_every_row_and_a_sparse_gradient_as_its_densified_self():
     assert not np.array_equal(second[[1, 4]], first[[1, 4]]) and bit_identical(second[[0, 3, 5]], table[[0, 3, 5]])
     for ours, tensorflow in zip(sparse[1], theirs[1]):
         np.testing.assert_allclose(ours, tensorflow, rtol=1e-5, atol=1e-6)
+
+
+# The update rules the toolkit offers; a rule of your own (docs/your-model.md, "Update rules") belongs here too.
+RULES = [update.SGD(), update.Adagrad(0.1), update.Adam(), update.Adam(weight_decay=0.01), update.Momentum(0.9),
+         update.Momentum(0.9, nesterov=True), update.RMSProp()]
+
+
+def steps_of_a_rule(optimizer, densify=False, partitions=1, steps=3):
+    """A table read by rows (a sparse gradient, a row twice) and a bias after `steps` steps of `optimizer`."""
+    model = argparse.Namespace(
+        variables=lambda config: {"table": Variable([7, 3], uniform(1.0)), "bias": Variable([3], uniform(1.0))},
+        update_rule=lambda config: update.Rule(optimizer, None, clip_norm=2.0))
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        params = Params(model, None, 1, ("table",), partitions)
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        weights = tf.sin(tf.cast(step + 1, tf.float32) * tf.reshape(tf.range(9, dtype=tf.float32), [3, 3]))
+        rows = params.gather("table", tf.constant([1, 4, 1])) * weights
+        gradients = params.gradients(tf.reduce_sum(rows * params["bias"]) + tf.reduce_sum(params["bias"] ** 2))
+        train_op, _ = update.update(params, densified(gradients) if densify else gradients, 0.1, step)
+        session.run(tf.compat.v1.global_variables_initializer())
+        for t in range(steps):
+            session.run(train_op, {step: t})
+        return session.run({name: params[name] for name in params.variables})
+
+
+@pytest.mark.parametrize("optimizer", RULES, ids=repr)
+def test_an_update_rule_gives_the_same_bits_sparse_densified_and_partitioned(optimizer):
+    """The update rule protocol (harness/update.py): a sparse gradient and its densified form (horovod-dense), and
+    any partitioning (run_tf.py and run_parallax.py --partitions), give the same bits; the rule moves the rows."""
+    sparse = steps_of_a_rule(optimizer)
+    for other in (steps_of_a_rule(optimizer, densify=True), steps_of_a_rule(optimizer, partitions=3)):
+        assert all(bit_identical(sparse[name], other[name]) for name in sparse)
+    initial = steps_of_a_rule(optimizer, steps=0)
+    assert (sparse["table"][[1, 4]] != initial["table"][[1, 4]]).all()
+    assert (sparse["bias"] != initial["bias"]).all()
 
 
 def test_sampled_candidates_are_drawn_from_the_seed_and_the_step_alone():
