@@ -47,8 +47,8 @@ def worker_objective(objective, mean_count=lambda count: count):
     global sum over the global count. Counts are whole numbers: any order of adding them gives the same bits."""
     if not isinstance(objective, TokenLoss):
         return objective
-    count = tf.stop_gradient(tf.cast(objective.count, tf.float32))
-    return tf.cast(objective.sum, tf.float32) / mean_count(count)
+    mean = mean_count(tf.stop_gradient(tf.cast(objective.count, tf.float32)))
+    return tf.cast(objective.sum, tf.float32) / tf.where(mean > 0, mean, 1.0)  # nothing counted: the sum, 0
 
 
 class StepFeed:
