@@ -90,7 +90,10 @@ def step_terms(architecture, variables, rows, machines, per_machine, link, parti
 
 
 def repeat_rows(rows, workers):
-    """Rows for `workers` workers from a sample of one worker's steps: worker w gets sampled step w."""
+    """Rows for `workers` workers from a sample of one worker's steps: worker w gets sampled step w (a model without
+    sparse variables: none)."""
+    if not rows.steps:
+        return rows
     one = [step[0] for step in rows.steps]
     return traffic.Rows([[one[w % len(one)] for w in range(workers)]])
 

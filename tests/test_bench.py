@@ -702,3 +702,15 @@ def test_the_crossover_sweep_writes_its_own_file_and_says_where_it_crosses(tmp_p
     # make bench's own sweep and extrapolation are left as they were
     assert not (tmp_path / "results/bench.jsonl").exists()
     assert not (tmp_path / "results/bench-predict.jsonl").exists()
+
+
+def test_a_model_without_sparse_variables_is_extrapolated_too():
+    """No sparse variable, no rows to sample: every runner's step on 8 machines still has its network seconds;
+    the allreduce runners' and the hybrid's are one ring, the parameter servers' a pull and a push, more."""
+    variables = [traffic.Variable("tied_embedding", (1000, 64), "dense"), traffic.Variable("bias", (1000,), "dense")]
+    rows = predict.repeat_rows(traffic.Rows([]), 8)
+    seconds = {name: predict.step_terms(experiments.RUNS[name].traffic, variables, rows, 8, 1,
+                                        netns.Link.parse("1gbit"))[0] for name in experiments.SYNCHRONOUS}
+    assert all(s > 0 for s in seconds.values())
+    assert seconds["horovod"] == seconds["horovod-dense"] == seconds["parallax"]
+    assert seconds["tf"] > seconds["horovod"]
