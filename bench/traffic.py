@@ -25,6 +25,7 @@ class Variable:
     name: str
     shape: tuple
     kind: str  # "sparse" (tf.IndexedSlices gradient) or "dense"
+    whole_update: bool = False  # the rule updates every row of it, whatever rows its gradient has (Adam)
 
     @property
     def bytes(self):
@@ -38,7 +39,8 @@ class Variable:
 def model_variables(model, config, args):
     """The model's variables, each with its gradient's kind as the runners find it."""
     found = placement.model_variables(model, config, args.seed, model.data(config, args.data_path, args.seed))
-    return [Variable(name, shape, kind) for name, (shape, kind) in found.items()]
+    whole = getattr(model.update_rule(config).optimizer, "updates_every_row", False)
+    return [Variable(name, shape, kind, whole) for name, (shape, kind) in found.items()]
 
 
 def sparse_share(model, config_name, args):
@@ -235,12 +237,14 @@ class Costs:
                    background_share=protocols.get(collective, {}).get("background_cpu_share", 0.0),
                    cpu_seconds_per_byte=cpu)
 
-    def work(self, rows_in, distinct, dense_added=0, dense_applied=0):
+    def work(self, rows_in, distinct, dense_added=0, dense_applied=0, tables=0):
         """CPU seconds to deduplicate `rows_in` bytes of rows, apply `distinct` bytes of rows and `dense_applied`
-        bytes of dense values, and add `dense_added` bytes of dense gradients."""
+        bytes of dense values, add `dense_added` bytes of dense gradients, and densify rows into `tables` bytes of
+        tables and update them whole (a rule that updates every row)."""
         per_byte = self.row_seconds_per_byte
         return (rows_in * per_byte.get("deduplicate", 0.0) + (distinct + dense_applied) * per_byte.get("apply", 0.0)
-                + dense_added * per_byte.get("add", 0.0))
+                + dense_added * per_byte.get("add", 0.0)
+                + tables * sum(per_byte.get(name, 0.0) for name in ("densify", "apply_dense")))
 
     def protocol_seconds(self, transport, size):
         """What `size` bytes cost `transport` when no link limits it: its rate, and one message."""
@@ -320,9 +324,13 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     def sent(v, workers):  # the distinct rows of v each of `workers` sends
         return [step_rows[w][v.name][1] for w in workers]
 
-    def sent_bytes(workers):
-        return sum(len(rows) * v.row_bytes for v in sparse for rows in sent(v, workers))
-    own = 0.0 if costs.accelerated_workers else costs.work(sent_bytes([0]), sent_bytes([0]), dense_applied=dense_bytes)
+    def sent_bytes(workers, updated_by_rows=False):  # (only those whose rule updates the rows it is given)
+        return sum(len(rows) * v.row_bytes for v in sparse if not (updated_by_rows and v.whole_update)
+                   for rows in sent(v, workers))
+
+    tables = sum(v.bytes for v in sparse if v.whole_update)
+    own = 0.0 if costs.accelerated_workers else costs.work(sent_bytes([0]), sent_bytes([0], True),
+                                                           dense_applied=dense_bytes, tables=tables)
     if architecture in ("allreduce", "allreduce-dense") and costs.accelerated_workers:
         return 0.0
     if architecture == "allreduce-dense":  # added in the collective, then every table updated whole
@@ -331,8 +339,9 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
         return max(tables + costs.work(0, 0, dense_applied=dense_bytes) - own, 0.0)
     everyone = range(num_workers)
     if architecture == "allreduce":  # every worker deduplicates and applies every worker's rows
-        union = sum(len(np.unique(np.concatenate(sent(v, everyone)))) * v.row_bytes for v in sparse)
-        return max(costs.work(sent_bytes(everyone), union, dense_applied=dense_bytes) - own, 0.0)
+        union = sum(len(np.unique(np.concatenate(sent(v, everyone)))) * v.row_bytes for v in sparse
+                    if not v.whole_update)
+        return max(costs.work(sent_bytes(everyone), union, dense_applied=dense_bytes, tables=tables) - own, 0.0)
     if architecture == "hybrid-local":  # a machine's first worker sends the union of its machine's rows
         local = max(costs.work(sent_bytes(group), 0) for group in machine_groups)
         pushed = {v.name: [np.unique(np.concatenate(sent(v, group))) for group in machine_groups] for v in sparse}
@@ -344,7 +353,8 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     for v, rows, p in _placed(architecture, variables, num_ps, partitions):
         per_server[p].append(costs.work(0, 0, (num_workers - 1) * v.bytes, v.bytes) if v.kind == "dense" else
                              costs.work(sum(_count(u, rows) for u in pushed[v.name]) * v.row_bytes,
-                                        _count(union[v.name], rows) * v.row_bytes))
+                                        0 if v.whole_update else _count(union[v.name], rows) * v.row_bytes,
+                                        tables=len(rows) * v.row_bytes if v.whole_update else 0))
     server = max((max(work, default=0.0) if costs.parallel_parts else sum(work)) for work in per_server)
     replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
         costs.work(0, 0, dense_applied=dense_bytes)

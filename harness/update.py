@@ -15,6 +15,7 @@ from harness.variables import deduplicate  # noqa: E402
 class SGD:
     """var -= lr * g."""
     slots = ()
+    updates_every_row = False  # a sparse gradient updates its rows only (the bench prices the update so)
 
     def apply(self, part, slots, g, learning_rate, step):
         if isinstance(g, tf.IndexedSlices):
@@ -27,6 +28,7 @@ class Adagrad:
     """acc += g * g; var -= lr * g / sqrt(acc), a sparse gradient's rows only. Not TensorFlow's fused kernels: their
     dense and sparse kernels round 1/sqrt(acc) differently."""
     initial_accumulator: float = 0.1
+    updates_every_row = False
 
     @property
     def slots(self):
@@ -60,6 +62,7 @@ class Momentum:
     nesterov: bool = False
 
     slots = (("Momentum", 0.0),)
+    updates_every_row = True
 
     def apply(self, part, slots, g, learning_rate, step):
         (accumulator,) = slots
@@ -77,6 +80,7 @@ class RMSProp:
     epsilon: float = 1e-7
 
     slots = (("RMSProp", 0.0),)
+    updates_every_row = True
 
     def apply(self, part, slots, g, learning_rate, step):
         (mean_square,) = slots
@@ -97,6 +101,7 @@ class Adam:
     weight_decay: float = 0.0
 
     slots = (("Adam", 0.0), ("Adam_1", 0.0))
+    updates_every_row = True
 
     def apply(self, part, slots, g, learning_rate, step):
         m, v = slots

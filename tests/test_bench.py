@@ -271,6 +271,23 @@ def test_sparse_as_dense_densifies_and_updates_every_table_whole_on_every_worker
                                   costs=dataclasses.replace(costs, accelerated_workers=True)) == 0.0
 
 
+def test_a_rule_that_updates_every_row_is_priced_as_a_whole_table_wherever_it_runs():
+    """Adam updates every row of TABLE (2,000 bytes; densified at 0.001 s a byte, updated whole at 0.002) however
+    few its gradient has, on one device as on any runner: beyond one device's update only the rows' deduplication
+    is left (0.01 s a byte: 4 rows of 20 bytes pushed or gathered, against one device's 2), where a rule of the
+    rows (Adagrad) applies the union of 3 rows against 2 at 10 s a byte."""
+    costs = traffic.Costs(row_seconds_per_byte={"deduplicate": 0.01, "apply": 10.0, "densify": 0.001,
+                                                "apply_dense": 0.002})
+    adam = dataclasses.replace(TABLE, whole_update=True)
+    step = one_step([1, 2, 2], [2, 7])
+    for architecture in ("allreduce", "ps", "hybrid"):
+        assert traffic.update_seconds(architecture, [adam], step, 2, 1, costs=costs) == pytest.approx(
+            4 * 20 * 0.01 - 2 * 20 * 0.01)
+        assert traffic.update_seconds(architecture, [TABLE], step, 2, 1, costs=costs) == pytest.approx(
+            4 * 20 * 0.01 + 3 * 20 * 10.0 - (2 * 20 * 0.01 + 2 * 20 * 10.0))
+    assert traffic.update_seconds("allreduce-dense", [adam], step, 2, 1, costs=costs) == 0.0
+
+
 def test_a_flow_carries_its_payload_at_its_share_of_the_link():
     """A shaped link's headers and acknowledgements take part of its rate: 100 bytes from one machine to another
     over a 100 bytes/s link whose payload gets 0.8 of it take 1.25 s; a protocol slower than that share limits
