@@ -9,7 +9,7 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import numpy as np
 import tensorflow as tf
 
-from harness import data, placement
+from harness import data, models, placement
 from harness.training import StepFeed, worker_objective
 from harness.partitioning import part_rows
 from harness.variables import Params
@@ -26,6 +26,7 @@ class Variable:
     shape: tuple
     kind: str  # "sparse" (tf.IndexedSlices gradient) or "dense"
     whole_update: bool = False  # the rule updates every row of it, whatever rows its gradient has (Adam)
+    declared: bool = True  # in the model's variables(), not made by a layer: only those are split into parts
 
     @property
     def bytes(self):
@@ -40,7 +41,8 @@ def model_variables(model, config, args):
     """The model's variables, each with its gradient's kind as the runners find it."""
     found = placement.model_variables(model, config, args.seed, model.data(config, args.data_path, args.seed))
     whole = getattr(model.update_rule(config).optimizer, "updates_every_row", False)
-    return [Variable(name, shape, kind, whole) for name, (shape, kind) in found.items()]
+    declared = models.declared_variables(model, config)
+    return [Variable(name, shape, kind, whole, name in declared) for name, (shape, kind) in found.items()]
 
 
 def sparse_share(model, config_name, args):
@@ -82,8 +84,9 @@ def touched_rows(model, config, args, variables, num_workers, sample_steps):
 
 
 def parts(variable, partitions):
-    """The rows of each part of a variable, as ranges: round robin, as the bench runs; a dense variable is one part."""
-    return part_rows(variable.shape[0], partitions if variable.kind == "sparse" else 1, "mod")
+    """The rows of each part of a variable, as ranges: round robin, as the bench runs; a dense variable, or one a
+    layer made, is one part."""
+    return part_rows(variable.shape[0], partitions if variable.kind == "sparse" and variable.declared else 1, "mod")
 
 
 def _placed(architecture, variables, num_ps, partitions):

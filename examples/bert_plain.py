@@ -29,10 +29,10 @@ class Config:
     weight_decay: float
 
 
-CONFIGS = {"tiny": Config("tiny", vocab_size=50, width=8, heads=2, layers=1, length=8, batch_size=4, dropout=0.1,
-                          learning_rate=1e-3, warmup_steps=10, total_steps=1000, weight_decay=0.01),
-           "small": Config("small", vocab_size=8000, width=128, heads=4, layers=2, length=64, batch_size=32,
-                           dropout=0.1, learning_rate=5e-4, warmup_steps=100, total_steps=10000, weight_decay=0.01)}
+CONFIGS = {"small": Config("small", vocab_size=8000, width=128, heads=4, layers=2, length=64, batch_size=32,
+                           dropout=0.1, learning_rate=5e-4, warmup_steps=100, total_steps=10000, weight_decay=0.01),
+           "tiny": Config("tiny", vocab_size=50, width=8, heads=2, layers=1, length=8, batch_size=4, dropout=0.1,
+                          learning_rate=1e-3, warmup_steps=10, total_steps=1000, weight_decay=0.01)}
 
 
 class MaskedSentences:

@@ -95,6 +95,7 @@ class Params:
 
     def __init__(self, model, config, seed, partitioned=(), partitions=1, strategy="mod"):
         self.config, self.seed, self.strategy = config, seed, strategy
+        self.model_name = getattr(model, "NAME", "the model")
         self.rule = model.update_rule(config)
         self.specs, self.variables, self.slots = {}, {}, {}
         self.partitioned = tuple(partitioned) if partitions > 1 else ()
@@ -104,12 +105,11 @@ class Params:
 
     def declare(self, name, spec, create=None):
         """Add variable `name` (in parts when partitioned) and its slots; `create(initial_value=, shape=)` makes
-        a whole one (default: tf.compat.v1.get_variable; harness/layers.py passes a layer's own creator)."""
+        a whole one, never split (default: tf.compat.v1.get_variable; harness/layers.py passes a layer's own)."""
         self.specs[name] = spec
+        if create is not None and name in self.partitioned:  # a layer reads its variable whole: never split
+            self.partitioned = tuple(n for n in self.partitioned if n != name)
         if name in self.partitioned:
-            if create is not None:
-                raise UsageError(f"--partitions={self.partitions}: {name} comes from a layer; only variables "
-                                 f"declared in variables() can be split")
             if self.partitions > spec.shape[0]:
                 raise UsageError(f"--partitions={self.partitions}: more parts than the {spec.shape[0]:,} rows of "
                                  f"{name}")
@@ -171,7 +171,8 @@ class Params:
         raw = tf.compat.v1.gradients(objective, flat, colocate_gradients_with_ops=False)
         missing = [v.op.name for v, g in zip(flat, raw) if g is None]
         if missing:
-            raise ValueError(f"the loss does not depend on {', '.join(missing)}")
+            raise UsageError(f"--model={self.model_name}: the loss does not depend on {', '.join(missing)}: every "
+                             f"variable needs a gradient (a layer called but its output unused?)")
         gradients = [deduplicate(g) if isinstance(g, tf.IndexedSlices) else g for g in raw]
         return tf.nest.pack_sequence_as(self.variable_list, gradients)
 

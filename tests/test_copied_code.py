@@ -29,8 +29,8 @@ def test_verify_finds_a_port_of_keras_code_identical_in_every_runner(tmp_path, p
     """make verify MODEL=examples/nmt.py (GRUs, attention, a masked (sum, count) loss) and examples/bert.py (multi-head
     attention, layer norm, Keras dropout, a tied embedding, AdamW) at W = 2: identical, bit for bit, in every
     synchronous run."""
-    result = run_script("verify.py", f"--model={os.path.join(REPO, 'examples', port + '.py')}", "--steps=6",
-                        "--warmup_steps=1", cwd=tmp_path, timeout=900)
+    result = run_script("verify.py", f"--model={os.path.join(REPO, 'examples', port + '.py')}", "--config=tiny",
+                        "--steps=6", "--warmup_steps=1", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     verdict = json.loads((tmp_path / "results/verify.json").read_text())
     synchronous = [p for p in verdict["pairs"] if "tf-async" not in (p["a"], p["b"])]
@@ -144,6 +144,8 @@ def test_a_sum_and_count_loss_trains_one_model_at_any_w_where_a_shard_s_normalis
     (("tf.keras.layers.Dense(config.tags)", "tf.keras.layers.Dense(config.tags, kernel_initializer=lambda s, "
                                             "dtype=None: tf.ones(s))"),
      "tagger/dense_1/kernel, from <lambda>, which cannot be drawn from (seed, name)"),
+    (("return self.out(self.norm(self.hidden(x)))", "self.norm(x)\n        return self.out(self.hidden(x))"),
+     "the loss does not depend on tagger/layer_normalization/gamma, tagger/layer_normalization/beta"),
     (("x = self.dropout(self.embedding(words), training=training)",
       "x = tf.transpose(self.dropout(tf.transpose(self.embedding(words), [1, 0, 2]), training=training), [1, 0, 2])"),
      "dropout on a tensor of shape (6, 2, 8): its first dimension must be the batch's 2 rows"),
@@ -157,3 +159,16 @@ def test_what_the_toolkit_cannot_make_its_own_is_refused_in_one_line(tmp_path, a
                         cwd=tmp_path)
     assert_usage_error(result, f"--model={mistaken}: ", named)
     assert not (tmp_path / "results").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_a_layer_s_table_stays_whole_where_declared_tables_are_split():
+    """--partitions splits the sparse variables declared in variables(); a layer reads its own whole, so the
+    tagger's embedding stays one variable (placed by size), and the update treats it as whole."""
+    model = models.load(TAGGER)
+    config = model.CONFIGS["tiny"]
+    with tf.Graph().as_default():
+        params = Params(model, config, 1, ["tagger/embedding/embeddings"], partitions=2)
+        with layers.captured(params, StepRandom(1, 0, slice(0, 4), 4), "test"):
+            params.build(lambda: model.Tagger(config))(tf.zeros([4, config.length], tf.int32))
+        assert isinstance(params.variables["tagger/embedding/embeddings"], tf.Variable)
+        assert params.partitioned == ()
