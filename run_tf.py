@@ -40,7 +40,9 @@ def main():
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
             cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}",
             ps_strategy=placement.GreedyBySize(len(args.ps_hosts)))):
-        params = Params(model, config, args.seed, sparse, args.partitions, args.partition_strategy)
+        # PS: a variable read whole is read once a step, on this worker, however many times the model uses it
+        params = Params(model, config, args.seed, sparse, args.partitions, args.partition_strategy,
+                        reads_on=f"/job:worker/task:{rank}")
         objective, final_state = feed.loss(params, args.seed)
         step_kind = (ps_steps.SyncReplicasStep if args.sync_replicas else ps_steps.SynchronousStep if args.sync
                      else ps_steps.AsynchronousStep)

@@ -19,8 +19,16 @@ PASS_THROUGH = ("ReadVariableOp", "Identity")  # a read, not a use: the step nee
 
 
 def gradient_ops(gradients):
-    """{name of the op that yields each variable's gradient: the variable's name}."""
-    return {(g.values if isinstance(g, tf.IndexedSlices) else g).op.name: name for name, g in gradients.items()}
+    """{variable's name: the op that yields its gradient, then the ops it passes through identities from (Grappler
+    may remove an identity: a while loop's gradient leaves by one)}."""
+    found = {}
+    for name, g in gradients.items():
+        op = (g.values if isinstance(g, tf.IndexedSlices) else g).op
+        found[name] = [op.name]
+        while op.type in PASS_THROUGH and op.inputs:
+            op = op.inputs[0].op
+            found[name].append(op.name)
+    return found
 
 
 def reader_ops(variables):
@@ -39,19 +47,24 @@ def reader_ops(variables):
 
 
 def fractions(step_stats, ready_ops, readers):
-    """({variable: when its first reader started}, {variable: when its gradient's op ended}, the step's seconds);
-    times are fractions of the step, first op's start to last op's end."""
+    """({variable: when its first reader started}, {variable: when its gradient's op ended, the first of
+    ready_ops' that ran; none: the step's end}, the step's seconds); times are fractions of the step, first op's
+    start to last op's end."""
     nodes = [node for device in step_stats.dev_stats for node in device.node_stats]
     start = min(node.all_start_micros for node in nodes)
     end = max(node.all_start_micros + node.all_end_rel_micros for node in nodes)
     needed = {}
     for node in nodes:
-        if node.node_name in readers:
-            name = readers[node.node_name]
+        # a reader or a node within it: Grappler lowers a while loop into nodes named under the loop's
+        parts = node.node_name.split("/")
+        reader = next((r for r in ("/".join(parts[:k]) for k in range(len(parts), 0, -1)) if r in readers), None)
+        if reader is not None:
+            name = readers[reader]
             needed[name] = min(needed.get(name, end), node.all_start_micros)
     ended = {node.node_name: node.all_start_micros + node.op_end_rel_micros for node in nodes}
+    ready = {name: next((ended[op] for op in ops if op in ended), end) for name, ops in ready_ops.items()}
     return ({name: (at - start) / (end - start) for name, at in needed.items()},
-            {name: (ended[op] - start) / (end - start) for op, name in ready_ops.items()}, (end - start) / 1e6)
+            {name: (at - start) / (end - start) for name, at in ready.items()}, (end - start) / 1e6)
 
 
 def main():

@@ -93,8 +93,11 @@ class Params:
     """A model's variables, created in the current device scope, with the rule's slots beside each; those named
     in `partitioned` are split by rows into `partitions` parts (part_rows)."""
 
-    def __init__(self, model, config, seed, partitioned=(), partitions=1, strategy="mod"):
+    def __init__(self, model, config, seed, partitioned=(), partitions=1, strategy="mod", reads_on=""):
         self.config, self.seed, self.strategy = config, seed, strategy
+        # Where a whole variable's value is read, once a step, for every use (TensorFlow 1's caching_device):
+        # run_tf.py's worker, so that a layer's loop or a tied weight does not pull it from its server per use.
+        self.reads_on = reads_on
         self.model_name = getattr(model, "NAME", "the model")
         self.rule = model.update_rule(config)
         self.specs, self.variables, self.slots = {}, {}, {}
@@ -117,9 +120,9 @@ class Params:
                                     enumerate(part_rows(spec.shape[0], self.partitions, self.strategy))]
         elif create is not None:
             self.variables[name] = create(initial_value=lambda: initial_value(spec, self.seed, name),
-                                          shape=spec.shape)
+                                          shape=spec.shape, caching_device=self.reads_on)
         else:
-            self.variables[name] = _variable(name, spec, self.seed, name, None)
+            self.variables[name] = _variable(name, spec, self.seed, name, None, self.reads_on)
         self.slots[name] = {}
         for slot, value in self.rule.optimizer.slots:
             parts = []
@@ -187,10 +190,11 @@ class Params:
         return tf.compat.v1.train.Saver(saved)
 
 
-def _variable(variable_name, spec, seed, name, rows):
+def _variable(variable_name, spec, seed, name, rows, caching_device=None):
     rows_shape = list(spec.shape) if rows is None else [len(rows), *spec.shape[1:]]
     return tf.compat.v1.get_variable(variable_name, rows_shape, tf.float32,
-                                     lambda *_, **__: initial_value(spec, seed, name, rows))
+                                     lambda *_, **__: initial_value(spec, seed, name, rows),
+                                     caching_device=caching_device)
 
 
 def deduplicate(slices):
