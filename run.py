@@ -21,8 +21,8 @@ def reference_step(model, config, seed, feed, num_workers):
     # worker r's forward pass, on its rows only
     losses, final_states = zip(*[feed.loss(params, seed, data.shard(config.batch_size, r, num_workers))
                                  for r in range(num_workers)])
-    if isinstance(losses[0], training.TokenLoss):  # (sum, count) losses: every worker's count, added
-        mean_count = tf.add_n([tf.cast(loss.count, tf.float32) for loss in losses]) / num_workers
+    counts = [tf.cast(loss.count, tf.float32) for loss in losses if isinstance(loss, training.TokenLoss)]
+    mean_count = tf.add_n(counts) / num_workers if counts else None  # (sum, count) losses: the workers' mean
     objectives = [training.worker_objective(loss, lambda _: mean_count) for loss in losses]
     gradients = [params.gradients(objective) for objective in objectives]  # worker r's backward pass
     train_op, global_norm = update.update(params, update.average_worker_gradients(gradients), feed.learning_rate,

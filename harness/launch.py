@@ -282,9 +282,8 @@ def run_job(args, starter):
                 raise SystemExit(status)
             summary = results.read_json(results.summary_path(runner_args.results_dir, name), "summary")
             return summary["throughput"]["median_step_seconds"]
-        best = partition_search.search(trial, runner_args.results_dir,
-                                       min(64, max([(v.shape or (1,))[0] for v in models.declared_variables(model, config).values()],
-                                                       default=1)))
+        rows = [(v.shape or (1,))[0] for v in models.declared_variables(model, config).values()]
+        best = partition_search.search(trial, runner_args.results_dir, min(64, max(rows, default=1)))
         runner_flags = runner_flags + [f"--partitions={best}"]
     watchers = [watcher for watcher in (counter, args.fault) if watcher]
 

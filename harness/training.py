@@ -43,8 +43,9 @@ class TokenLoss(typing.NamedTuple):
 
 def worker_objective(objective, mean_count=lambda count: count):
     """The objective whose gradient a worker sends: a mean over rows as it is; a TokenLoss's sum over the mean of
-    the workers' counts (`mean_count(own count)`; default the worker's own), so that the workers' averaged gradients are the gradient of the
-    global sum over the global count. Counts are whole numbers: any order of adding them gives the same bits."""
+    the workers' counts (`mean_count(own count)`; default the worker's own), so that the workers' averaged
+    gradients are the gradient of the global sum over the global count. Counts are whole numbers: any order of
+    adding them gives the same bits."""
     if not isinstance(objective, TokenLoss):
         return objective
     mean = mean_count(tf.stop_gradient(tf.cast(objective.count, tf.float32)))
@@ -77,7 +78,8 @@ class StepFeed:
         if rows != self.fed:  # run.py's emulated workers: a shard of the fed rows
             inputs, state = tuple(x[local] for x in inputs), None if state is None else state[local]
         random = StepRandom(seed, self.step, slice(rows.start, rows.stop), self.config.batch_size)
-        with layers.captured(params, random, getattr(self.model, "NAME", self.model.__name__)):  # copied code's layers and dropout, made the toolkit's
+        # copied code's layers and dropout, made the toolkit's
+        with layers.captured(params, random, getattr(self.model, "NAME", self.model.__name__)):
             if state is None:
                 objective, final_state = self.model.loss(self.config, params, inputs, random), tf.no_op()
             else:
