@@ -172,3 +172,21 @@ def test_a_layer_s_table_stays_whole_where_declared_tables_are_split():
             params.build(lambda: model.Tagger(config))(tf.zeros([4, config.length], tf.int32))
         assert isinstance(params.variables["tagger/embedding/embeddings"], tf.Variable)
         assert params.partitioned == ()
+
+
+def test_tensorflow_1_get_variable_in_copied_code_is_the_toolkit_s_too():
+    """tf.compat.v1.get_variable inside loss (TensorFlow 1 code), its default glorot_uniform and a zeros one: model
+    variables named by their scope, drawn from (seed, name) with their initializer's spread."""
+    model = models.load(TAGGER)
+    with tf.Graph().as_default():
+        params = Params(model, model.CONFIGS["tiny"], 1)
+        with layers.captured(params, StepRandom(1, 0, slice(0, 2), 2), "test"):
+            with tf.compat.v1.variable_scope("copied"):
+                tf.compat.v1.get_variable("w", [300, 200])
+                tf.compat.v1.get_variable("b", [200], initializer=tf.compat.v1.zeros_initializer())
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            w, b = session.run([params.variables["copied/w"], params.variables["copied/b"]])
+    assert list(params.specs) == ["copied/w", "copied/b"]
+    assert abs(w.std() / np.sqrt(6 / 500 / 3) - 1) < 0.03 and np.abs(w).max() <= np.sqrt(6 / 500)
+    assert (b == 0).all()
