@@ -82,7 +82,9 @@ def layer_kernel(initializer, shape, seed=1):
     tf.compat.v1.glorot_uniform_initializer(seed=3), tf.compat.v1.random_normal_initializer(0.0, 0.3, seed=3),
 ])
 def test_a_layer_s_weights_are_keyed_draws_of_its_own_initializer_s_kind(initializer):
-    shape = [120, 90]
+    """Our draws and the initializer's own (unseeded) agree in mean, spread and range: 120,000 numbers each, so the
+    spread's sampling error is 0.3%, a tenth of what is allowed."""
+    shape = [400, 300]
     ours = layer_kernel(initializer, shape)
     theirs = tf.keras.initializers.get(initializer)(shape).numpy() if isinstance(initializer, str) else \
         initializer(shape).numpy()
