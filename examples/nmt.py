@@ -24,10 +24,10 @@ class Config:
     learning_rate: float
 
 
-CONFIGS = {"tiny": Config("tiny", vocab_size=40, embedding_size=8, units=16, length=7, batch_size=4,
-                          learning_rate=0.01),
-           "small": Config("small", vocab_size=2000, embedding_size=64, units=128, length=12, batch_size=32,
-                           learning_rate=0.002)}
+CONFIGS = {"small": Config("small", vocab_size=2000, embedding_size=64, units=128, length=12, batch_size=32,
+                           learning_rate=0.002),
+           "tiny": Config("tiny", vocab_size=40, embedding_size=8, units=16, length=7, batch_size=4,
+                          learning_rate=0.01)}
 
 
 class SentencePairs:

@@ -33,6 +33,14 @@ sys.modules.setdefault("tensorflow", Deferred("tensorflow"))
 import tensorflow as tf  # noqa: E402  (the stand-in, until first used)
 
 
+def fix_threads(args):
+    """Every device's threads as the flags say. TensorFlow makes one pool of threads per process, with its first
+    device, and a Keras layer (asking for GPUs) can make that device before any session, a thread per core; the
+    pool's size decides how a matrix product blocks its sums. These are read when that first device is made."""
+    os.environ["TF_NUM_INTRAOP_THREADS"] = str(args.intra_op_threads)
+    os.environ["TF_NUM_INTEROP_THREADS"] = str(args.inter_op_threads)
+
+
 def session_config(args):
     """The session configuration of every process: fixed thread counts fix the order of sums, and Grappler's
     arithmetic optimiser is off because it regroups sums by the whole graph's shape."""

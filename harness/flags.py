@@ -11,7 +11,7 @@ from absl import flags as absl_flags
 from absl.flags import (DEFINE_boolean, DEFINE_enum, DEFINE_float, DEFINE_integer, DEFINE_list,  # noqa: F401
                         DEFINE_multi_string, DEFINE_string)
 
-from harness import UsageError, models
+from harness import UsageError, determinism, models
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull", "-?")
 
@@ -79,6 +79,8 @@ def parse(flag_values, argv=None, positional=0):
                               **({"positional": rest} if positional else {}))
     if "steps" in flag_values:
         _check_run(args)
+    if "intra_op_threads" in flag_values:
+        determinism.fix_threads(args)
     return args
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, checkpoint_tensors, run_script
+from conftest import REPO, checkpoint_tensors, launch_and_wait, run_script
 from harness import layers, models
 from harness.variables import Params, StepRandom
 
@@ -117,6 +117,22 @@ def one_step(model_file, workers, cwd):
                         f"--emulate_workers={workers}", f"--ckpt_dir={ckpt}", f"--run_name=w{workers}", cwd=cwd)
     assert result.returncode == 0, result.stderr[-3000:]
     return checkpoint_tensors(cwd / ckpt)
+
+
+def test_a_wide_keras_gru_computes_with_the_flag_s_threads_in_every_process(tmp_path):
+    """Keras' GRU asks TensorFlow for GPUs when it is made, which makes the process's devices before any session: at
+    width 128 a matrix product blocks its sums by the threads of that first device. run.py and run_tf.py's worker,
+    whose first device is its server's, still compute one step to the same bits; two threads give other bits."""
+    nmt = os.path.join(REPO, "examples", "nmt.py")
+    one_step = ["--model=" + nmt, "--config=small", "--steps=1", "--warmup_steps=0"]
+    for threads in (1, 2):
+        result = run_script("run.py", *one_step, f"--intra_op_threads={threads}", f"--ckpt_dir=run{threads}",
+                            f"--run_name=run{threads}", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+    launch_and_wait("tf", "--workers=1", "--", *one_step, "--ckpt_dir=tf", cwd=tmp_path)
+    reference, two_threads, tf_ps = (checkpoint_tensors(tmp_path / d) for d in ("run1", "run2", "tf"))
+    assert any((reference[name] != two_threads[name]).any() for name in reference)
+    assert all((reference[name] == tf_ps[name]).all() for name in reference)
 
 
 def largest_scaled_difference(a, b):
