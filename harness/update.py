@@ -8,7 +8,7 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import tensorflow as tf  # noqa: E402
 
 from harness.partitioning import join_rows  # noqa: E402
-from harness.variables import deduplicate  # noqa: E402
+from harness.variables import deduplicate, uncached  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +214,7 @@ def apply_gradient(params, name, gradients, scale, learning_rate, step):
     slots = [tf.nest.flatten(params.slots[name][slot]) for slot, _ in rule.optimizer.slots]
     updates = []
     for index, (part, g) in enumerate(zip(parts, gradients)):
-        with tf.device(part.device):
+        with tf.device(part.device), uncached(part):
             if factor is not None:
                 g = tf.IndexedSlices(g.values * factor, g.indices, g.dense_shape) \
                     if isinstance(g, tf.IndexedSlices) else g * factor

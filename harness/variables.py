@@ -1,6 +1,7 @@
 """A model's variables in a graph (`Params`: initial values keyed by (seed, name), parts, slots, whole-table
 checkpoints) and a step's randomness (`StepRandom`, keyed by (seed, step) so that sharding the batch cannot change
 it). docs/your-model.md says how a model declares its variables."""
+import contextlib
 import dataclasses
 import math
 import zlib
@@ -195,6 +196,18 @@ def _variable(variable_name, spec, seed, name, rows, caching_device=None):
     return tf.compat.v1.get_variable(variable_name, rows_shape, tf.float32,
                                      lambda *_, **__: initial_value(spec, seed, name, rows),
                                      caching_device=caching_device)
+
+
+@contextlib.contextmanager
+def uncached(part):
+    """The variable as its update sees it, where it lives: read there, and written without first waiting for the
+    worker's cached read (a variable with a caching_device makes every assignment depend on it, which would pull
+    the whole variable to the worker that runs the update)."""
+    cached, part._cached_value = part._cached_value, None
+    try:
+        yield part
+    finally:
+        part._cached_value = cached
 
 
 def deduplicate(slices):

@@ -1,6 +1,7 @@
 """Copied TensorFlow 2 / Keras code through the contract (harness/layers.py, docs/your-model.md "From copied code"):
 the variables its layers make are the toolkit's, its dropout is keyed by row, a loss may return (sum, count); and
 what it refuses, in one line."""
+import dataclasses
 import difflib
 import json
 import os
@@ -12,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, checkpoint_tensors, launch_and_wait, run_script
-from harness import layers, models
+from harness import layers, models, update
 from harness.variables import Params, StepRandom
 
 TAGGER = os.path.join(REPO, "tests", "models", "keras_tagger.py")
@@ -208,3 +209,37 @@ def test_tensorflow_1_get_variable_in_copied_code_is_the_toolkit_s_too():
     assert list(params.specs) == ["copied/w", "copied/b"]
     assert abs(w.std() / np.sqrt(6 / 500 / 3) - 1) < 0.03 and np.abs(w).max() <= np.sqrt(6 / 500)
     assert (b == 0).all()
+
+
+def ancestors(op):
+    """Every op `op` waits for, through inputs and control inputs."""
+    seen, todo = set(), [op]
+    while todo:
+        op = todo.pop()
+        if op not in seen:
+            seen.add(op)
+            todo += [t.op for t in op.inputs] + list(op.control_inputs)
+    return seen
+
+
+def test_run_tf_s_update_neither_waits_for_nor_uses_the_worker_s_read():
+    """run_tf.py reads each whole variable once a step on its worker (caching_device). The chief's update, on the
+    servers, must neither wait for that read nor use it (either pulls every variable to the chief again each step),
+    with AdamW too, whose update reads the variable."""
+    model = models.load(TAGGER)
+    config = model.CONFIGS["tiny"]
+    with tf.Graph().as_default():
+        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=1,
+                                                                           worker_device="/job:worker/task:0")):
+            params = Params(model, config, 1, reads_on="/job:worker/task:0")
+            params.rule = dataclasses.replace(params.rule, optimizer=update.Adam(weight_decay=0.01))
+            with layers.captured(params, StepRandom(1, 0, slice(0, 4), 4), "test"):
+                params.build(lambda: model.Tagger(config))(tf.zeros([4, config.length], tf.int32))
+            with tf.compat.v1.device(None):  # (not the worker's: what the update waits for on it is the point)
+                gradients = [tf.zeros(variable.shape) for variable in params.variable_list]
+                learning_rate, step = tf.constant(0.1), tf.constant(0, tf.int64)
+            train_op, _ = update.update(params, gradients, learning_rate, step)
+    assert len(params.variables) > 3
+    # (TensorFlow runs a ReadVariableOp where its variable is, whatever device it was built under)
+    assert not [op.name for op in ancestors(train_op)
+                if op.device.startswith("/job:worker") and op.type != "ReadVariableOp"]
