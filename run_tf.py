@@ -34,15 +34,15 @@ def main():
     tf.compat.v1.disable_eager_execution()
     feed = StepFeed(model, config, batches, rows)
     # PS: the sparse variables (found from their gradients) split into --partitions parts.
-    sparse = [name for name, kind in placement.variable_kinds(model, config, args.seed, batches).items()
-              if kind == "sparse"] if args.partitions > 1 else []
+    kinds = placement.variable_kinds(model, config, args.seed, batches)
+    sparse = [name for name, kind in kinds.items() if kind == "sparse"] if args.partitions > 1 else []
     # PS: variables on the parameter servers, spread by size; every other op on this worker.
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
             cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}",
             ps_strategy=placement.GreedyBySize(len(args.ps_hosts)))):
         # PS: a variable read whole is read once a step, on this worker, however many times the model uses it
         params = Params(model, config, args.seed, sparse, args.partitions, args.partition_strategy,
-                        reads_on=f"/job:worker/task:{rank}")
+                        reads_on=f"/job:worker/task:{rank}", whole=[n for n, k in kinds.items() if k == "dense"])
         objective, final_state = feed.loss(params, args.seed)
         step_kind = (ps_steps.SyncReplicasStep if args.sync_replicas else ps_steps.SynchronousStep if args.sync
                      else ps_steps.AsynchronousStep)

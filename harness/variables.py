@@ -94,11 +94,12 @@ class Params:
     """A model's variables, created in the current device scope, with the rule's slots beside each; those named
     in `partitioned` are split by rows into `partitions` parts (part_rows)."""
 
-    def __init__(self, model, config, seed, partitioned=(), partitions=1, strategy="mod", reads_on=""):
+    def __init__(self, model, config, seed, partitioned=(), partitions=1, strategy="mod", reads_on="", whole=()):
         self.config, self.seed, self.strategy = config, seed, strategy
         # Where a whole variable's value is read, once a step, for every use (TensorFlow 1's caching_device):
         # run_tf.py's worker, so that a layer's loop or a tied weight does not pull it from its server per use.
         self.reads_on = reads_on
+        self.whole = tuple(whole)  # variables read whole anyway (dense gradients): their lookups gather from it
         self.model_name = getattr(model, "NAME", "the model")
         self.rule = model.update_rule(config)
         self.specs, self.variables, self.slots = {}, {}, {}
@@ -124,6 +125,8 @@ class Params:
                                           shape=spec.shape, caching_device=self.reads_on)
         else:
             self.variables[name] = _variable(name, spec, self.seed, name, None, self.reads_on)
+        if name in self.whole:
+            lookups_from_the_read(self.variables[name])
         self.slots[name] = {}
         for slot, value in self.rule.optimizer.slots:
             parts = []
@@ -198,14 +201,24 @@ def _variable(variable_name, spec, seed, name, rows, caching_device=None):
                                      caching_device=caching_device)
 
 
+def lookups_from_the_read(variable):
+    """Make a variable's lookups gather from its one read a step, where it is cached: a tied embedding, read whole
+    by an output layer, would otherwise also pull its looked-up rows from its server."""
+    def sparse_read(indices, name=None):
+        with tf.compat.v1.colocate_with(variable._cached_value, ignore_existing=True):
+            return tf.gather(variable._cached_value, indices, name=name)
+    variable.sparse_read = sparse_read
+
+
 @contextlib.contextmanager
 def uncached(part):
-    """The variable as its update sees it, where it lives: read there, and written without first waiting for the
-    worker's cached read (a variable with a caching_device makes every assignment depend on it, which would pull
-    the whole variable to the worker that runs the update)."""
+    """The variable as its update sees it, where it lives: read there, written after this step's read of it there.
+    A variable with a caching_device makes each assignment wait for the cached copy, which would pull the whole
+    variable to the worker that runs the update (run_tf.py's chief, in a run of its own)."""
     cached, part._cached_value = part._cached_value, None
     try:
-        yield part
+        with tf.control_dependencies([] if cached is None else [cached.op.inputs[0]]):  # the read on its device
+            yield part
     finally:
         part._cached_value = cached
 

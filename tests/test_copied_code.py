@@ -243,3 +243,18 @@ def test_run_tf_s_update_neither_waits_for_nor_uses_the_worker_s_read():
     # (TensorFlow runs a ReadVariableOp where its variable is, whatever device it was built under)
     assert not [op.name for op in ancestors(train_op)
                 if op.device.startswith("/job:worker") and op.type != "ReadVariableOp"]
+
+
+@pytest.mark.parametrize("whole, server_lookups", [((), 1), (("tagger/embedding/embeddings",), 0)])
+def test_a_variable_read_whole_is_looked_up_in_that_read(whole, server_lookups):
+    """run_tf.py reads a variable with a dense gradient (a tied embedding) whole, once a step on its worker; its
+    lookups (Keras' Embedding's, params.gather's) then gather from that read instead of pulling rows again."""
+    model = models.load(TAGGER)
+    config = model.CONFIGS["tiny"]
+    with tf.Graph().as_default() as graph:
+        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=1,
+                                                                           worker_device="/job:worker/task:0")):
+            params = Params(model, config, 1, reads_on="/job:worker/task:0", whole=whole)
+            with layers.captured(params, StepRandom(1, 0, slice(0, 4), 4), "test"):
+                params.build(lambda: model.Tagger(config))(tf.zeros([4, config.length], tf.int32))
+    assert len([op for op in graph.get_operations() if op.type == "ResourceGather"]) == server_lookups
