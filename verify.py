@@ -243,7 +243,8 @@ def main():
     passed = all(p["passed"] is not False for p in compared)
     report(args, runs, compared, passed)
     results.write_json(verdict_path, {
-        "config": {"config": args.config, "steps": args.steps, "seed": args.seed, "workers": args.workers,
+        "config": {"model": args.model, "model_sha256": models.digest(args.model), "config": args.config,
+                   "steps": args.steps, "seed": args.seed, "workers": args.workers,
                    "ps": args.ps, "data": args.data_path or "synthetic", "rtol": args.rtol, "atol": args.atol},
         "match": "identical" if args.identical else "tolerance", "runs": runs, "pairs": compared,
         "passed": passed}, "verify")
@@ -253,8 +254,8 @@ def main():
 def report(args, runs, pairs, passed):
     rule = ("identical, bit for bit" if args.identical
             else f"within tolerance rtol={args.rtol:g} atol={args.atol:g}")
-    print(f"\nverify: {args.config} config, {args.steps} steps, seed {args.seed}, {args.workers} workers, "
-          f"{args.ps} PS; every synchronous run must be {rule}")
+    print(f"\nverify: model {args.model}, {args.config} config, {args.steps} steps, seed {args.seed}, "
+          f"{args.workers} workers, {args.ps} PS; every synchronous run must be {rule}")
     print(f"{'a':14s} {'b':14s} {'max |diff|':>11s} {'of scale':>10s} {'max ULP':>10s}  verdict")
     for p in pairs:
         print(f"{p['a']:14s} {p['b']:14s} {p['max_abs_diff']:11.3g} {p['max_scaled_diff']:10.3g} "

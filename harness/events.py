@@ -1,7 +1,8 @@
 """The @event lines a run's chief prints for the launcher, one JSON object each, so that it need not scrape progress
 lines: measured_steps_begin and measured_steps_end ("after_step", and in an emulated cluster "ports", the switch's
 counters read at that moment), and progress ("steps_done") every --log_every. Each carries `at`, the chief's
-time.monotonic()."""
+time.monotonic(). Printed with --events, which the launcher passes; it reads them from the task's output, on
+whichever host the task runs, and shows a person the other lines only."""
 import json
 import os
 import time

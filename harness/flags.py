@@ -49,6 +49,8 @@ def parser(runner, description):
     DEFINE_integer("intra_op_threads", 1, "threads inside one op; summation order depends on it, so keep it "
                    "equal across the runs you compare", lower_bound=1, flag_values=p)
     DEFINE_integer("inter_op_threads", 1, "ops run concurrently", lower_bound=1, flag_values=p)
+    DEFINE_boolean("events", False, "print the @event lines a launcher reads (python -m harness.launch sets it)",
+                   flag_values=p)
     return p
 
 

@@ -93,6 +93,7 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
            mpi=False, gloo_timeout=GLOO_TIMEOUT_SECONDS):
     """Run one job of `architecture` with `starter`; return (exit status, tasks). `mpi`: one local mpirun starts all."""
     script = SCRIPTS[architecture]
+    runner_flags = [*runner_flags, "--events"]  # the chief's @event lines, which run_tasks reads and keeps apart
     if mpi:
         tasks = [Task("mpirun", mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script),
                                                                *runner_flags]))]

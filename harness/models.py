@@ -1,6 +1,7 @@
 """Load a model file (--model, MODEL=) and check it against the model contract: what a model gives the toolkit,
 which knows a model only through it. docs/your-model.md states the contract."""
 import dataclasses
+import hashlib
 import importlib.util
 import os
 import sys
@@ -21,6 +22,12 @@ def path_of(name):
     if name not in BUILT_IN:
         raise UsageError(f"--model={name}: no such model (built in: {', '.join(BUILT_IN)}; or a path to a .py file)")
     return os.path.join(REPO, "models", f"{name}.py")
+
+
+def digest(name):
+    """The SHA-256 of model `name`'s file: what ties a verdict or a result to the code that made it."""
+    with open(path_of(name), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def load(name):

@@ -77,12 +77,17 @@ class Recorder:
                 tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]), step)
             self.steps_log.flush()
             self.progress_seconds = self.progress_words = 0.0
-            events.announce("progress", steps_done=step + 1)  # the launcher's faults act on it (tasks.Fault)
+            self.announce("progress", steps_done=step + 1)  # the launcher's faults act on it (tasks.Fault)
         # The links' bytes over the measured steps (netns.ByteCounter): read here, exactly at these two points.
         if step + 1 == self.measured_from:
-            events.announce("measured_steps_begin", after_step=step + 1, ports=events.switch_ports())
+            self.announce("measured_steps_begin", after_step=step + 1, ports=events.switch_ports())
         if step + 1 == self.args.steps:
-            events.announce("measured_steps_end", after_step=step + 1, ports=events.switch_ports())
+            self.announce("measured_steps_end", after_step=step + 1, ports=events.switch_ports())
+
+    def announce(self, name, **fields):
+        """An @event line, where a launcher reads them (--events)."""
+        if self.args.events:
+            events.announce(name, **fields)
 
     def finish(self, session, saver, variables, **extra):
         """Write the checkpoint, then the summary (`variables`: placement.describe's); return the summary."""

@@ -54,6 +54,8 @@ def _copy_output(name, stream, lock, watch, running):
     for line in stream:
         if watch:
             watch(name, line, running)
+        if line.startswith(events.MARKER):  # the launcher's, not the reader's
+            continue
         with lock:
             sys.stdout.write(f"[{name}] {line}")
             sys.stdout.flush()

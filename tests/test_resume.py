@@ -21,7 +21,7 @@ def run_py(*flags, cwd):
 def killed_after(steps_done, work, save_every=10):
     """run.py with a checkpoint every `save_every` steps, killed (SIGKILL) as soon as it announces
     `steps_done` steps done (an @event line, every step here), as the launcher's --fault kills a task."""
-    run = subprocess.Popen([sys.executable, os.path.join(REPO, "run.py"), *TINY, "--log_every=1",
+    run = subprocess.Popen([sys.executable, os.path.join(REPO, "run.py"), *TINY, "--log_every=1", "--events",
                             "--ckpt_dir=ckpt", f"--save_every={save_every}"], cwd=work, stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True)
     for line in run.stdout:

@@ -34,6 +34,8 @@ def test_every_synchronous_architecture_trains_the_reference_model(verify_run):
     async_pair = pairs["reference", "tf-async"]  # reported, never hidden, and not part of the verdict
     assert not async_pair["within_tolerance"] and async_pair["differing_variables"]
     assert "differs, as expected (asynchronous)" in result.stdout
+    assert "@event" not in result.stdout + result.stderr  # the launcher's lines, not the reader's
+    assert report["config"]["model"] == "lstm" and len(report["config"]["model_sha256"]) == 64
     # a parameter server leaves after the chief, whose last step and cleanup still call it; a run killed on
     # purpose (its command has --fault=) may meet a dead task
     for section in result.stdout.split("\nverify: "):
