@@ -26,7 +26,8 @@ def program_name():
 
 
 def main(entry_point):
-    """Run a runner's main(): a UsageError is one line on stderr and exit 2, Ctrl-C exit 130; then print peak memory."""
+    """Run a runner's main(): a UsageError, or an error a model file's own code raised, is one line on stderr and
+    exit 2, Ctrl-C exit 130; then print peak memory."""
     prog = program_name()
     try:
         status = entry_point()
@@ -36,6 +37,13 @@ def main(entry_point):
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as error:
+        from harness import models  # (here: models imports this module)
+        found = models.mistake(error)
+        if found is None:
+            raise
+        print(f"{prog}: error: {found}", file=sys.stderr)  # the model file's mistake: its line, not our frames
+        exit_now(2)
     print(f"{prog}: peak resident memory {peak_resident_bytes() / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
     horovod = sys.modules.get("horovod.tensorflow")
     if horovod is not None and horovod.is_initialized():

@@ -5,12 +5,14 @@ import hashlib
 import importlib.util
 import os
 import sys
+import traceback
 
 from harness import REPO, UsageError
 
 BUILT_IN = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "models"))
                   if name.endswith(".py") and not name.startswith("_"))
 REQUIRED = ("CONFIGS", "data", "loss", "update_rule")
+LOADED = {}  # {a loaded model's file: --model as given}: the code whose mistakes are the student's to mend
 
 
 def path_of(name):
@@ -40,6 +42,7 @@ def load(name):
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    LOADED[path] = name
     spec.loader.exec_module(module)
     missing = [part for part in REQUIRED if not hasattr(module, part)]
     if missing:
@@ -49,6 +52,21 @@ def load(name):
         raise UsageError(f"--model={name}: CONFIGS must be a non-empty dict of named configurations")
     module.NAME = name
     return module
+
+
+def mistake(error):
+    """One line for an exception a model file's own code raised (a syntax error, a missing import, an error in
+    its loss): its file, line and function, the error, that line's code; None for an error elsewhere."""
+    if isinstance(error, SyntaxError) and error.filename in LOADED:
+        where, code = (error.filename, error.lineno, "<module>"), (error.text or "").strip()
+    else:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename in LOADED]
+        if not frames:
+            return None
+        where, code = (frames[-1].filename, frames[-1].lineno, frames[-1].name), frames[-1].line
+    message = (str(error.msg if isinstance(error, SyntaxError) else error).strip().splitlines() or [""])[0]
+    return (f"--model={LOADED[where[0]]}: {where[0]}:{where[1]}, in {where[2]}: {type(error).__name__}: "
+            f"{message}" + (f" (the line: {code})" if code else ""))
 
 
 def config(model, name, batch_size=None):
