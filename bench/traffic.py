@@ -40,7 +40,7 @@ class Variable:
 def model_variables(model, config, args):
     """The model's variables, each with its gradient's kind as the runners find it."""
     found = placement.model_variables(model, config, args.seed, model.data(config, args.data_path, args.seed))
-    whole = getattr(model.update_rule(config).optimizer, "updates_every_row", False)
+    whole = getattr(models.update_rule(model, config).optimizer, "updates_every_row", False)
     declared = models.declared_variables(model, config)
     return [Variable(name, shape, kind, whole, name in declared) for name, (shape, kind) in found.items()]
 

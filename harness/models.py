@@ -3,6 +3,7 @@ which knows a model only through it. docs/your-model.md states the contract."""
 import dataclasses
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
 import traceback
@@ -50,8 +51,54 @@ def load(name):
                          f"(harness/models.py)")
     if not isinstance(module.CONFIGS, dict) or not module.CONFIGS:
         raise UsageError(f"--model={name}: CONFIGS must be a non-empty dict of named configurations")
+    for key, value in module.CONFIGS.items():
+        if not (dataclasses.is_dataclass(value) and not isinstance(value, type) and hasattr(value, "name")
+                and isinstance(getattr(value, "batch_size", None), int) and value.batch_size >= 1):
+            raise UsageError(f"--model={name}: CONFIGS[{key!r}] must be a dataclass with name and batch_size (rows, "
+                             f"an int), not {_shown(value)}")
+    for part in ("data", "loss", "update_rule", "variables", "state_shape"):
+        if hasattr(module, part) and not callable(getattr(module, part)):
+            raise UsageError(f"--model={name}: {part} must be a function, not {_shown(getattr(module, part))}")
+    wanted = ["config", "params", "inputs", "random", *(["state"] if hasattr(module, "state_shape") else [])]
+    taken = inspect.signature(module.loss).parameters.values()
+    if not any(p.kind == p.VAR_POSITIONAL for p in taken) and len(taken) != len(wanted):
+        raise UsageError(f"--model={name}: loss must take ({', '.join(wanted)}), not "
+                         f"({', '.join(p.name for p in taken)})")
     module.NAME = name
     return module
+
+
+def name_of(model):
+    """A loaded model's --model, as a message names it."""
+    return getattr(model, "NAME", model.__name__)
+
+
+def _shown(value):
+    """A value as a mistake message shows it: its type, and itself when short."""
+    text = repr(value)
+    return f"{type(value).__name__} {text}" if len(text) <= 60 else type(value).__name__
+
+
+def update_rule(model, config):
+    """The model's update_rule(config), checked to be a harness.update.Rule."""
+    from harness.update import Rule  # (here: it loads TensorFlow)
+    rule = model.update_rule(config)
+    if not isinstance(rule, Rule):
+        raise UsageError(f"--model={name_of(model)}: update_rule must return a harness.update.Rule(optimizer, "
+                         f"schedule), not {_shown(rule)}")
+    return rule
+
+
+def check_batches(model, config, batches):
+    """`data`'s batches, checked: called with a step, a tuple of numpy arrays of batch_size rows; epoch_size."""
+    if not callable(batches) or not isinstance(getattr(batches, "epoch_size", None), int):
+        raise UsageError(f"--model={name_of(model)}: data must return an object called with a step, with epoch_size "
+                         f"(an int), not {_shown(batches)}")
+    first = batches(0)
+    if not isinstance(first, tuple) or not all(getattr(a, "shape", ())[:1] == (config.batch_size,) for a in first):
+        raise UsageError(f"--model={name_of(model)}: data's batch of a step must be a tuple of numpy arrays of "
+                         f"batch_size={config.batch_size} rows, not {_shown(first)}")
+    return batches
 
 
 def mistake(error):
@@ -103,7 +150,12 @@ def tolerance(model):
 
 def declared_variables(model, config):
     """{name: Variable} the model declares (none: copied code's layers make them all while loss builds)."""
-    return model.variables(config) if hasattr(model, "variables") else {}
+    declared = model.variables(config) if hasattr(model, "variables") else {}
+    if not isinstance(declared, dict) or not all(hasattr(v, "shape") and hasattr(v, "initializer")
+                                                 for v in declared.values()):
+        raise UsageError(f"--model={name_of(model)}: variables must return {{name: Variable(shape, initializer)}} "
+                         f"(harness.variables), not {_shown(declared)}")
+    return declared
 
 
 def state_shape(model, config):

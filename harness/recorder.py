@@ -102,7 +102,7 @@ class Recorder:
             "model": self.model.NAME,
             "model_description": models.description(self.model),
             "config": dataclasses.asdict(self.config),
-            "update_rule": update.describe(self.model.update_rule(self.config), list(variables)),
+            "update_rule": update.describe(models.update_rule(self.model, self.config), list(variables)),
             "variables": variables,
             "seed": self.args.seed,
             "data": self.args.data_path or "synthetic",

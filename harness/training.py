@@ -7,7 +7,7 @@ import numpy as np
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
-from harness import layers, models
+from harness import UsageError, layers, models
 from harness.variables import StepRandom
 
 
@@ -52,12 +52,32 @@ def worker_objective(objective, mean_count=lambda count: count):
     return tf.cast(objective.sum, tf.float32) / tf.where(mean > 0, mean, 1.0)  # nothing counted: the sum, 0
 
 
+def _checked(model, objective):
+    """The loss's objective: a scalar, or (sum, count) of scalars as a TokenLoss; anything else is refused."""
+    parts = objective if isinstance(objective, tuple) else (objective,)
+    if len(parts) not in (1, 2) or not all(isinstance(p, tf.Tensor) and p.shape.rank == 0 for p in parts):
+        with_state = " (with state_shape: (objective, new state))" if hasattr(model, "state_shape") else ""
+        raise UsageError(f"--model={models.name_of(model)}: loss must return a scalar tensor (the mean over rows) or (sum, "
+                         f"count){with_state}, not {_describe(objective)}")
+    return TokenLoss(*parts) if len(parts) == 2 else objective
+
+
+def _describe(value):
+    """What a loss returned, as a mistake message shows it."""
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}: " + ", ".join(_describe(v) for v in value)
+    if isinstance(value, tf.Tensor):
+        return f"a tensor of shape {value.shape}"
+    return type(value).__name__
+
+
 class StepFeed:
     """Placeholders for rows `rows` (a slice of the global batch) of a step: the inputs, the state carried in
     (zeros at the start of every epoch; None without state) and the step; and the step's learning rate."""
 
     def __init__(self, model, config, batches, rows):
-        self.model, self.config, self.batches, self.rows = model, config, batches, rows
+        self.model, self.config, self.batches, self.rows = model, config, models.check_batches(model, config,
+                                                                                               batches), rows
         self.fed = range(config.batch_size)[rows]
         self.inputs = tuple(tf.compat.v1.placeholder(tf.as_dtype(a.dtype), [len(self.fed), *a.shape[1:]],
                                                      f"input_{i}") for i, a in enumerate(batches(0)))
@@ -66,7 +86,8 @@ class StepFeed:
         self.initial_state = None if shape is None else tf.compat.v1.placeholder(tf.float32, self.state_shape,
                                                                                   "initial_state")
         self.step = tf.compat.v1.placeholder(tf.int64, [], "step")
-        self.learning_rate = model.update_rule(config).learning_rate(self.step, self.step // batches.epoch_size)
+        self.learning_rate = models.update_rule(model, config).learning_rate(self.step,
+                                                                             self.step // batches.epoch_size)
 
     def loss(self, params, seed, shard=None):
         """(the model's objective of rows `shard` (default: every fed row), the rows' new state, or for a model
@@ -84,7 +105,7 @@ class StepFeed:
                 objective, final_state = self.model.loss(self.config, params, inputs, random), tf.no_op()
             else:
                 objective, final_state = self.model.loss(self.config, params, inputs, random, state)
-        return (TokenLoss(*objective) if isinstance(objective, tuple) else objective), final_state
+        return _checked(self.model, objective), final_state
 
     def __call__(self, step, state):
         """The feed dict of `step`; `state` is the state fetched at step - 1 (None at the first step)."""

@@ -101,7 +101,7 @@ class Params:
         self.reads_on = reads_on
         self.whole = tuple(whole)  # variables read whole anyway (dense gradients): their lookups gather from it
         self.model_name = getattr(model, "NAME", "the model")
-        self.rule = model.update_rule(config)
+        self.rule = models.update_rule(model, config)
         self.specs, self.variables, self.slots = {}, {}, {}
         self.partitioned = tuple(partitioned) if partitions > 1 else ()
         self.partitions, self.built, self.sealed = partitions, {}, False

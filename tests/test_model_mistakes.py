@@ -31,3 +31,40 @@ def test_a_mistake_in_the_model_s_own_code_is_one_line_naming_its_line(tmp_path,
     result = run_script("run.py", f"--model={mistaken}", "--steps=2", "--warmup_steps=1", cwd=tmp_path)
     assert_usage_error(result, f"--model={mistaken}: {mistaken}:", named)
     assert sorted(os.listdir(tmp_path)) == ["mistaken.py"]  # nothing written
+
+
+CONFIG = 'Config("tiny", vocab_size=60, classes=3, width=4, words=6, batch_size=4, keep_prob=0.8)'
+PER_ROW_MEAN = "    return tf.reduce_sum(per_row) / words.shape[0]"
+
+
+@pytest.mark.parametrize("change, named", [
+    ((CONFIG, CONFIG.replace("Config(", "dict(name=")), "CONFIGS['tiny'] must be a dataclass with name and "
+                                                          "batch_size (rows, an int), not dict"),
+    (("batch_size=4", "batch_size=4.0"), "CONFIGS['tiny'] must be a dataclass with name and batch_size"),
+    (("def loss(config, params, inputs, random):", "def loss(config, params, inputs):"),
+     "loss must take (config, params, inputs, random), not (config, params, inputs)"),
+    (("def data(config, data_path, seed):\n    return Examples(config, seed)",
+      "def data(config, data_path, seed):\n    return [Examples(config, seed)(0)]"),
+     "data must return an object called with a step, with epoch_size (an int), not list"),
+    (("        return self.words[step % self.epoch_size], self.labels[step % self.epoch_size]",
+      "        return self.words[step % self.epoch_size][:2], self.labels[step % self.epoch_size][:2]"),
+     "data's batch of a step must be a tuple of numpy arrays of batch_size=4 rows"),
+    (('"output/bias": Variable([config.classes], constant(0.0))}', '"output/bias": [config.classes]}'),
+     "variables must return {name: Variable(shape, initializer)} (harness.variables), not dict"),
+    ((PER_ROW_MEAN, "    return per_row"),
+     "loss must return a scalar tensor (the mean over rows) or (sum, count), not a tensor of shape (4,)"),
+    ((PER_ROW_MEAN, "    return 1.0"), "loss must return a scalar tensor (the mean over rows) or (sum, count), "
+                                      "not float"),
+    ((PER_ROW_MEAN, "    return tf.reduce_sum(per_row), words.shape[0], 0"), "not a tuple of 3"),
+    (("    return Rule(Adagrad(0.1), lambda step, epoch: tf.constant(0.5), clip_norm=1.0)", "    return Adagrad(0.1)"),
+     "update_rule must return a harness.update.Rule(optimizer, schedule), not Adagrad"),
+])
+def test_a_part_of_the_contract_returned_wrong_is_one_line_naming_the_part(tmp_path, assert_usage_error, change,
+                                                                           named):
+    mistaken = tmp_path / "mistaken.py"
+    source = open(BAG_OF_WORDS).read()
+    mistaken.write_text(source.replace(*change))
+    assert mistaken.read_text() != source
+    result = run_script("run.py", f"--model={mistaken}", "--steps=2", "--warmup_steps=1", cwd=tmp_path)
+    assert_usage_error(result, f"--model={mistaken}: ", named)
+    assert sorted(os.listdir(tmp_path)) == ["mistaken.py"]  # nothing written
