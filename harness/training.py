@@ -57,8 +57,8 @@ def _checked(model, objective):
     parts = objective if isinstance(objective, tuple) else (objective,)
     if len(parts) not in (1, 2) or not all(isinstance(p, tf.Tensor) and p.shape.rank == 0 for p in parts):
         with_state = " (with state_shape: (objective, new state))" if hasattr(model, "state_shape") else ""
-        raise UsageError(f"--model={models.name_of(model)}: loss must return a scalar tensor (the mean over rows) or (sum, "
-                         f"count){with_state}, not {_describe(objective)}")
+        raise UsageError(f"--model={models.name_of(model)}: loss must return a scalar tensor (the mean over rows) "
+                         f"or (sum, count){with_state}, not {_describe(objective)}")
     return TokenLoss(*parts) if len(parts) == 2 else objective
 
 
