@@ -22,6 +22,9 @@ CODE = [
      "in loss: ValueError: Dimensions must be equal"),
     (("    return Examples(config, seed)", "    return Examples(config)"),
      "in data: TypeError: Examples.__init__() missing 1 required positional argument: 'seed'"),
+    (("        return self.words[step % self.epoch_size], self.labels",
+      "        return self.words[step + 100], self.labels"),
+     "in __call__: IndexError: index 100 is out of bounds for axis 0 with size 10"),
 ]
 
 CONFIG = 'Config("tiny", vocab_size=60, classes=3, width=4, words=6, batch_size=4, keep_prob=0.8)'
@@ -47,6 +50,14 @@ CONTRACT = [
     ((PER_ROW_MEAN, "    return 1.0"), "loss must return a scalar tensor (the mean over rows) or (sum, count), "
                                       "not float"),
     ((PER_ROW_MEAN, "    return tf.reduce_sum(per_row), words.shape[0], 0"), "not a tuple of 3"),
+    ((PER_ROW_MEAN, "    return tf.reduce_sum(per_row), tf.ones([words.shape[0]])"),
+     "not a tuple of 2: a tensor of shape (), a tensor of shape (4,)"),
+    (("        return self.words[step % self.epoch_size], self.labels[step % self.epoch_size]",
+      "        return [self.words[step % self.epoch_size], self.labels[step % self.epoch_size]]"),
+     "data's batch of a step must be a tuple of numpy arrays of batch_size=4 rows, not list"),
+    (("CONFIGS = {\"tiny\": " + CONFIG + "}", "CONFIGS = {}"),
+     "CONFIGS must be a non-empty dict of named configurations"),
+    (("def update_rule(config):", "def update_rules(config):"), "lacks update_rule of the model contract"),
     (("    return Rule(Adagrad(0.1), lambda step, epoch: tf.constant(0.5), clip_norm=1.0)", "    return Adagrad(0.1)"),
      "update_rule must return a harness.update.Rule(optimizer, schedule), not Adagrad"),
 ]
