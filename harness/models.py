@@ -80,10 +80,9 @@ def _shown(value):
 
 
 def update_rule(model, config):
-    """The model's update_rule(config), checked to be a harness.update.Rule."""
-    from harness.update import Rule  # (here: it loads TensorFlow)
+    """The model's update_rule(config), checked to be a harness.update.Rule (by what the toolkit reads of it)."""
     rule = model.update_rule(config)
-    if not isinstance(rule, Rule):
+    if not all(hasattr(rule, part) for part in ("optimizer", "learning_rate", "clip_norm", "clipped", "scale")):
         raise UsageError(f"--model={name_of(model)}: update_rule must return a harness.update.Rule(optimizer, "
                          f"schedule), not {_shown(rule)}")
     return rule
