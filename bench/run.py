@@ -85,6 +85,9 @@ def parse_flags(argv=None):
                 setattr(args, name, value)
         if not parser["configs"].present:
             args.configs = [max(model.CONFIGS, key=lambda name: traffic.sparse_share(model, name, args))]
+    for name in ("runners", "workers"):
+        if not getattr(args, name):
+            raise harness.UsageError(f"--{name}=: empty; name at least one")
     for name in args.configs:
         if name not in model.CONFIGS:
             raise harness.UsageError(f"--configs: model {args.model} has no config {name!r} (it has "

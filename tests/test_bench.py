@@ -441,7 +441,8 @@ def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
                                           (["--net=fast"], "--net"), (["--delay=soon"], "--delay=soon"),
                                           (["--workers=2,0"], "--workers=2,0"), (["--net=1gbit,x"], "--net"),
                                           (["--crossover", "--net=1gbit,10gbit"], "--crossover"),
-                                          (["--net=1gbit,1000mbit"], "--net")])
+                                          (["--net=1gbit,1000mbit"], "--net"), (["--runners="], "--runners=: empty"),
+                                          (["--workers="], "--workers=: empty")])
 def test_bench_bad_input_is_named_by_the_flags_check(tmp_path, monkeypatch, flags, named):
     """bench.run's flags check, in this process: the next test shows how the command reports it."""
     monkeypatch.chdir(tmp_path)
