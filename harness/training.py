@@ -76,8 +76,8 @@ class StepFeed:
     (zeros at the start of every epoch; None without state) and the step; and the step's learning rate."""
 
     def __init__(self, model, config, batches, rows):
-        self.model, self.config, self.batches, self.rows = model, config, models.check_batches(model, config,
-                                                                                               batches), rows
+        batches = models.check_batches(model, config, batches)
+        self.model, self.config, self.batches, self.rows = model, config, batches, rows
         self.fed = range(config.batch_size)[rows]
         self.inputs = tuple(tf.compat.v1.placeholder(tf.as_dtype(a.dtype), [len(self.fed), *a.shape[1:]],
                                                      f"input_{i}") for i, a in enumerate(batches(0)))
@@ -100,7 +100,7 @@ class StepFeed:
             inputs, state = tuple(x[local] for x in inputs), None if state is None else state[local]
         random = StepRandom(seed, self.step, slice(rows.start, rows.stop), self.config.batch_size)
         # copied code's layers and dropout, made the toolkit's
-        with layers.captured(params, random, getattr(self.model, "NAME", self.model.__name__)):
+        with layers.captured(params, random, models.name_of(self.model)):
             if state is None:
                 objective, final_state = self.model.loss(self.config, params, inputs, random), tf.no_op()
             else:
