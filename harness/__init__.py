@@ -7,6 +7,10 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the runners, models/, docs/
 
 
+# What every collective fails with once a Horovod rank has died (the message of its library).
+HOROVOD_SHUT_DOWN = "Horovod has been shut down"
+
+
 class UsageError(Exception):
     """Bad input or environment: reported as one line, exit status 2."""
 
@@ -27,7 +31,7 @@ def program_name():
 
 def main(entry_point):
     """Run a runner's main(): a UsageError, or an error a model file's own code raised, is one line on stderr and
-    exit 2, Ctrl-C exit 130; then print peak memory."""
+    exit 2, a dead Horovod peer one line and exit 1, Ctrl-C exit 130; then print peak memory."""
     prog = program_name()
     try:
         status = entry_point()
@@ -38,6 +42,9 @@ def main(entry_point):
         print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as error:
+        if HOROVOD_SHUT_DOWN in str(error):  # a rank died; the launcher names it
+            print(f"{prog}: stopping: a Horovod rank is gone ({HOROVOD_SHUT_DOWN})", file=sys.stderr)
+            exit_now(1)
         from harness import models  # (here: models imports this module)
         found = models.mistake(error)
         if found is None:

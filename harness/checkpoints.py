@@ -3,12 +3,21 @@ step N depends on comes from (seed, N); docs/outputs.md lists the files, docs/cl
 import glob
 import json
 import os
+import re
+import shutil
+import signal
 import time
 
 import numpy as np
 
 from harness import UsageError
 
+# The complete checkpoints kept: older ones, and every incomplete one older than the newest, are removed.
+KEEP = 3
+# "STEP:STAGE" in the chief's environment (the launcher's --fault=checkpoint:STEP:STAGE): it kills itself with
+# SIGKILL at that point of writing that checkpoint. The stages, in the order they are written:
+FAULT_ENV = "CHECKPOINT_FAULT"
+STAGES = ("state", "variables", "marker")  # after the state file, after the Saver's files, before the rename
 # The flags whose values shape what a run computes (those a runner has), and the worker count.
 SHAPING_FLAGS = ("model", "config", "seed", "batch_size", "data_path", "partitions", "partition_strategy",
                  "average_sparse", "local_aggregation", "sparse_as_dense")
@@ -37,12 +46,16 @@ class Checkpoints:
         import tensorflow as tf  # (the runner has loaded it)
         prefix, started = self.prefix(steps_done), time.perf_counter()
         try:
+            _remove(prefix + ".run.json")  # a checkpoint written again is incomplete until its marker is
             if state is not None:
                 np.save(prefix + ".state.npy", state)
+            _fault_point(steps_done, "state")
             self.saver.save(session, os.path.join(self.directory, "model.ckpt"), global_step=steps_done,
                             write_meta_graph=False)
+            _fault_point(steps_done, "variables")
             with open(prefix + ".run.json.partial", "w") as f:
                 json.dump({"steps_done": steps_done, "stateful": state is not None, **self.shape}, f)
+            _fault_point(steps_done, "marker")
             os.replace(prefix + ".run.json.partial", prefix + ".run.json")
         except (OSError, tf.errors.OpError) as error:
             latest = self.complete()
@@ -51,12 +64,16 @@ class Checkpoints:
         size = sum(os.path.getsize(path) for path in glob.glob(prefix + ".*"))
         print(f"checkpoint: {prefix} after step {steps_done}: {size / 1e6:.2f} MB in "
               f"{time.perf_counter() - started:.3f} s", flush=True)
-        for marker in glob.glob(os.path.join(self.directory, "model.ckpt-*.run.json")):
-            dropped = marker[:-len(".run.json")]
-            if not os.path.exists(dropped + ".index"):  # the Saver dropped it: its other files go too
-                for path in (marker, dropped + ".state.npy"):
-                    if os.path.exists(path):
-                        os.remove(path)
+        self.prune()
+
+    def prune(self):
+        """Remove every checkpoint but the KEEP newest complete ones and any newer, whichever run wrote them: a run
+        restarted many times keeps a bounded disk, and no incomplete checkpoint lingers behind a complete one."""
+        kept = [steps for steps, _ in self.complete()[:KEEP]]
+        for path in glob.glob(os.path.join(self.directory, "model.ckpt-*")):
+            steps = int(re.match(r"model\.ckpt-(\d+)", os.path.basename(path))[1])
+            if kept and steps not in kept and steps < kept[0]:
+                _remove(path)
 
     def complete(self):
         """[(steps done, its record)] of every complete checkpoint whose marker can be read, newest first."""
@@ -100,6 +117,21 @@ class Checkpoints:
             print(f"resume: from {prefix} (after step {steps_done})", flush=True)
             return steps_done, state
         raise UsageError(f"--resume: no checkpoint in {self.directory} can be read")
+
+
+def _fault_point(steps_done, stage):
+    if os.environ.get(FAULT_ENV) == f"{steps_done}:{stage}":
+        print(f"checkpoint: fault: killing this task writing the one after step {steps_done}, after its {stage}",
+              flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # a crash in the middle of the write, asked for (--fault)
+
+
+def _remove(path):
+    """Remove a file, or a directory (the Saver's *_temp), if it is there."""
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        os.remove(path)
 
 
 def _why(error):

@@ -79,7 +79,7 @@ def parse(flag_values, argv=None, positional=0):
                          else "missing argument")
     args = argparse.Namespace(**{name: flag_values[name].value for name in flag_values},
                               **({"positional": rest} if positional else {}))
-    if "steps" in flag_values:
+    if "model" in flag_values:
         _check_run(args)
     if "intra_op_threads" in flag_values:
         determinism.fix_threads(args)
@@ -87,14 +87,15 @@ def parse(flag_values, argv=None, positional=0):
 
 
 def _check_run(args):
-    if args.warmup_steps >= args.steps:
+    """The shared flags a program has (parser()'s, less those it deleted), checked against each other and the disk."""
+    if "steps" in vars(args) and args.warmup_steps >= args.steps:
         raise UsageError(f"--warmup_steps={args.warmup_steps} must be smaller than --steps={args.steps}: "
                          "the throughput timer needs steps after the warm-up")
     args.config = args.config or next(iter(models.load(args.model).CONFIGS))  # the model and its config exist
     models.from_flags(args)
     if args.data_path and not os.path.exists(args.data_path):
         raise UsageError(f"--data_path: {args.data_path} does not exist")
-    if not args.run_name or os.sep in args.run_name:
+    if "run_name" in vars(args) and (not args.run_name or os.sep in args.run_name):
         raise UsageError(f"--run_name: {args.run_name!r} is not a file name")
     for flag in ("ckpt_dir", "results_dir"):
         problem = unwritable(getattr(args, flag))

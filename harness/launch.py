@@ -14,7 +14,7 @@ import socket
 import sys
 
 import harness
-from harness import REPO, data, flags, models, partition_search, results, runner_flags
+from harness import REPO, checkpoints, data, flags, models, partition_search, results, runner_flags
 from harness.checkpoints import Checkpoints
 from harness.tasks import Fault, Task, run_tasks
 from harness.experiments import SCRIPTS
@@ -90,8 +90,9 @@ def with_ports(ps_hosts, worker_hosts, starter):
 
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
-           mpi=False, gloo_timeout=GLOO_TIMEOUT_SECONDS):
-    """Run one job of `architecture` with `starter`; return (exit status, tasks). `mpi`: one local mpirun starts all."""
+           mpi=False, gloo_timeout=GLOO_TIMEOUT_SECONDS, fault=None):
+    """Run one job of `architecture` with `starter`; return (exit status, tasks). `mpi`: one local mpirun starts all;
+    `fault`: a tasks.Fault, which `watch` is to be given the lines for."""
     script = SCRIPTS[architecture]
     runner_flags = [*runner_flags, "--events"]  # the chief's @event lines, which run_tasks reads and keeps apart
     if mpi:
@@ -108,8 +109,10 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
         environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface, gloo_timeout)
         for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
             task.env.update(environment)
+    for task in tasks if fault else []:
+        task.env.update(fault.env(task.name))
     try:
-        return run_tasks(tasks, starter, watch=watch), tasks
+        return run_tasks(tasks, starter, watch=watch, poll=fault and fault.poll), tasks
     finally:
         if stop_rendezvous:
             stop_rendezvous()
@@ -154,20 +157,27 @@ def launcher_flags():
                          "launcher's Gloo rendezvous", flag_values=parser)
     flags.DEFINE_string("docker", None, "IMAGE: every task in a container of its own from this image (make "
                         "docker-build), on a bridge network of the run's own", flag_values=parser)
-    flags.DEFINE_parsed("fault", None, parse_fault, "TASK:STEP, e.g. ps0:17: the launcher kills that task "
-                        "(SIGKILL) once the chief has announced that many steps done (every --log_every steps): "
-                        "the resume tests' and verify --faults' failure", parser)
+    flags.DEFINE_parsed("fault", None, parse_fault, "a crash on purpose, the resume tests', verify --faults' and "
+                        "make soak's: TASK:STEP (ps0:17) kills that task with SIGKILL once the chief has announced "
+                        "that many steps done (every --log_every steps), TASK:SECONDSs (worker1:2.5s) that long "
+                        "after the tasks start; TASK may be launcher, this process. checkpoint:STEP:STAGE "
+                        f"(checkpoint:20:variables): the chief kills itself writing that checkpoint, after its "
+                        f"{', '.join(checkpoints.STAGES)} (the stage's files written, the next not)", parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
     return parser
 
 
 def parse_fault(text):
-    """worker<r>:<step> or ps<p>:<step> as a Fault; raises ValueError naming the problem."""
-    match = re.fullmatch(r"((?:worker|ps)\d+):(\d+)", text)
-    if not match:
-        raise ValueError(f"expected TASK:STEP, such as worker1:17 or ps0:17, got {text!r}")
-    return Fault(match[1], int(match[2]))
+    """TASK:STEP, TASK:SECONDSs or checkpoint:STEP:STAGE as a Fault; raises ValueError naming the problem."""
+    stages = "|".join(checkpoints.STAGES)
+    if match := re.fullmatch(rf"checkpoint:(\d+):({stages})", text):
+        return Fault(text, "worker0", checkpoint=(int(match[1]), match[2]))
+    if match := re.fullmatch(r"((?:worker|ps)\d+|launcher):(?:(\d+)|(\d+(?:\.\d*)?)s)", text):
+        step, seconds = match[2], match[3]
+        return Fault(text, match[1], after_step=step and int(step), after_seconds=seconds and float(seconds))
+    raise ValueError(f"expected TASK:STEP, TASK:SECONDSs or checkpoint:STEP:STAGE ({stages}), such as worker1:17, "
+                     f"launcher:2.5s or checkpoint:20:variables, got {text!r}")
 
 
 def parse_flags(argv):
@@ -186,9 +196,9 @@ def parse_flags(argv):
             raise harness.UsageError(f"--{flag}: only with --net")
     if args.fault:
         tasks = [f"worker{w}" for w in range(args.workers)] + (
-            [f"ps{p}" for p in range(args.ps)] if args.architecture != "horovod" else [])
+            [f"ps{p}" for p in range(args.ps)] if args.architecture != "horovod" else []) + ["launcher"]
         if args.fault.task not in tasks or args.mpi:
-            raise harness.UsageError(f"--fault={args.fault.task}:{args.fault.after_step}: no such task of this "
+            raise harness.UsageError(f"--fault={args.fault.text}: no such task of this "
                                      f"run ({', '.join(tasks) if not args.mpi else 'mpirun starts the ranks'})")
     if args.mpi and args.architecture != "horovod":
         raise harness.UsageError("--mpi: only for horovod")
@@ -271,9 +281,9 @@ def run_job(args, starter):
     model, config = models.from_flags(runner_args)
     gloo_timeout = gloo_timeout_seconds(model, config, args.workers, args.net)
 
-    def run(runner_flags, watch=None):
+    def run(runner_flags, watch=None, fault=None):
         return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter,
-                      args.network_interface or starter.network_interface, watch, args.mpi, gloo_timeout)
+                      args.network_interface or starter.network_interface, watch, args.mpi, gloo_timeout, fault)
     if args.search:
         def trial(n):
             name = f"partition-search-{n}"
@@ -291,7 +301,7 @@ def run_job(args, starter):
     def watch(task, line, running):  # every task's every line, to the byte counter and the fault
         for watcher in watchers:
             watcher.watch(task, line, running)
-    status, tasks = run(runner_flags, watch)
+    status, tasks = run(runner_flags, watch, args.fault)
     if counter and status == 0:
         results.write_json(results.network_path(runner_args.results_dir, runner_args.run_name),
                            counter.result(tasks))

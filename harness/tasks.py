@@ -9,6 +9,7 @@ import time
 
 import harness
 from harness import events
+from harness.checkpoints import FAULT_ENV
 
 @dataclasses.dataclass
 class Task:
@@ -33,18 +34,43 @@ def place(num_workers, num_ps, hosts=None, machines=1):
 
 @dataclasses.dataclass
 class Fault:
-    """Kills `task` ("ps0", "worker1") with SIGKILL to its process group, a crash rather than a stop, once the
-    chief's "progress" event (every --log_every steps) says at least `after_step` steps are done."""
+    """A crash on purpose (--fault): SIGKILL to `task`'s process group ("ps0", "worker1") or to the launcher itself
+    ("launcher"), once the chief's "progress" event (every --log_every steps) says `after_step` steps are done, or
+    `after_seconds` after the tasks started; with `checkpoint` ((step, stage)), the chief kills itself at that
+    stage of writing that checkpoint (checkpoints.FAULT_ENV). `text`: as the flag gave it."""
+    text: str
     task: str
-    after_step: int
+    after_step: int = None
+    after_seconds: float = None
+    checkpoint: tuple = None
     done: bool = False
+    steps_done: int = 0
+    started: float = None
+
+    def env(self, name):
+        """The environment task `name` needs for this fault: the chief's checkpoint to die in."""
+        return {FAULT_ENV: "{}:{}".format(*self.checkpoint)} if self.checkpoint and name == "worker0" else {}
 
     def watch(self, name, line, running):
         event = events.parse(line) if name == "worker0" else None
-        if self.done or not event or event["event"] != "progress" or event["steps_done"] < self.after_step:
+        if event and event["event"] == "progress":
+            self.steps_done = event["steps_done"]
+            if self.after_step is not None and self.steps_done >= self.after_step:
+                self.kill(running, f"after step {self.steps_done}")
+
+    def poll(self, running):
+        self.started = self.started or time.monotonic()
+        if self.after_seconds is not None and time.monotonic() - self.started >= self.after_seconds:
+            self.kill(running, f"{self.after_seconds:g} s after the start, "
+                               f"{f'after step {self.steps_done}' if self.steps_done else 'before the first step'}")
+
+    def kill(self, running, when):
+        if self.done:
             return
         self.done = True
-        print(f"launch: fault: killing {self.task} after step {event['steps_done']}", file=sys.stderr, flush=True)
+        print(f"launch: fault: killing {self.task} {when}", file=sys.stderr, flush=True)
+        if self.task == "launcher":
+            os.kill(os.getpid(), signal.SIGKILL)  # its tasks must follow it (lifeline.die_with_parent)
         victim = running.get(self.task)
         if victim:
             os.killpg(victim.pid, signal.SIGKILL)
@@ -61,10 +87,10 @@ def _copy_output(name, stream, lock, watch, running):
             sys.stdout.flush()
 
 
-def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None):
+def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None, poll=None):
     """Runs `tasks` to the end; returns 0 if all succeed, else names the first that failed, stops the others
     and returns 2 if it exited 2 (bad input), else 1; 130 on Ctrl-C. `watch(name, line, {name: process})` sees
-    every output line as it comes."""
+    every output line as it comes, `poll({name: process})` is called every `poll_seconds`."""
     lock = threading.Lock()
     running, readers = {}, []
     try:
@@ -77,6 +103,8 @@ def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None):
             readers.append(reader)
         status = 0
         while running and not status:
+            if poll:
+                poll(running)
             for name, process in list(running.items()):
                 code = process.poll()
                 if code is None:

@@ -191,7 +191,7 @@ class Params:
         for name, variable in self.variables.items():
             for kind, value in [("", variable), *[(f"/{slot}", v) for slot, v in self.slots[name].items()]]:
                 saved.append(WholeTable(value, self.strategy, name + kind) if isinstance(value, list) else value)
-        return tf.compat.v1.train.Saver(saved)
+        return tf.compat.v1.train.Saver(saved, max_to_keep=None)  # Checkpoints.prune keeps what resumes need
 
 
 def _variable(variable_name, spec, seed, name, rows, caching_device=None):

@@ -1,5 +1,6 @@
 """Periodic checkpoints and --resume (harness/checkpoints.py): a run killed at a step the test picks and resumed
 ends bit for bit where the uninterrupted run ends; what cannot be resumed is refused in one line."""
+import argparse
 import json
 import os
 import shutil
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO, bit_identical, missing, checkpoint_tensors, read_jsonl, run_script
+from harness.checkpoints import FAULT_ENV, KEEP, STAGES, Checkpoints
 
 TINY = ["--config=tiny", "--steps=30", "--warmup_steps=5", "--log_every=10", "--emulate_workers=2"]
 
@@ -97,6 +99,43 @@ def test_a_resume_within_the_warm_up_measures_the_steps_there_are(tmp_path, kill
     assert throughput["warmup_steps"] == 19 and throughput["measured_steps"] == 1
 
 
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_run_killed_writing_a_checkpoint_resumes_from_the_one_before(uninterrupted, tmp_path, stage):
+    """The chief killed (SIGKILL) at each stage of writing the checkpoint after step 20, as the launcher's
+    --fault=checkpoint:20:STAGE asks: that checkpoint is not taken as complete, whatever it had written, and the
+    run resumed from the one after step 10 ends as the uninterrupted run."""
+    killed = subprocess.run([sys.executable, os.path.join(REPO, "run.py"), *TINY, "--ckpt_dir=ckpt",
+                             "--save_every=10"], cwd=tmp_path, env={**os.environ, FAULT_ENV: f"20:{stage}"},
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+    written = {"state": ["state.npy"], "variables": ["state.npy", "index"],
+               "marker": ["state.npy", "index", "run.json.partial"]}[stage]
+    assert all((tmp_path / f"ckpt/model.ckpt-20.{suffix}").exists() for suffix in written)
+    assert not (tmp_path / "ckpt/model.ckpt-20.run.json").exists()
+    resumed = run_py("--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resume: from ckpt/model.ckpt-10 (after step 10)" in resumed.stdout
+    reference, other = checkpoint_tensors(uninterrupted / "ckpt"), checkpoint_tensors(tmp_path / "ckpt")
+    assert all(bit_identical(reference[name], other[name]) for name in reference)
+
+
+def test_old_and_incomplete_checkpoints_are_pruned_whichever_run_wrote_them(tmp_path):
+    """A run restarted many times keeps KEEP complete checkpoints: older ones go, and so does an incomplete one
+    older than the newest complete, though no Saver of this process wrote them. A newer incomplete one stays (it
+    is being written)."""
+    def checkpoint(steps, complete=True):
+        for suffix in ("index", "data-00000-of-00001", "state.npy") + (("run.json",) if complete else ()):
+            (tmp_path / f"model.ckpt-{steps}.{suffix}").write_text(json.dumps({"steps_done": steps}))
+    for steps in (10, 20, 30, 40, 50):
+        checkpoint(steps)
+    checkpoint(25, complete=False)
+    checkpoint(60, complete=False)
+    (tmp_path / "model.ckpt-35_temp").mkdir()  # what a Saver killed mid-write leaves
+    Checkpoints(argparse.Namespace(ckpt_dir=str(tmp_path), save_every=10), None, 2).prune()
+    kept = sorted({int(path.name.split("-")[1].split(".")[0].split("_")[0]) for path in tmp_path.iterdir()})
+    assert kept == [30, 40, 50, 60][-KEEP - 1:]
+
+
 def test_an_unreadable_checkpoint_is_passed_over_and_named(uninterrupted, tmp_path, killed_copy):
     killed_copy(23, tmp_path)
     (tmp_path / "ckpt/model.ckpt-20.index").write_bytes(b"not a checkpoint index")
@@ -170,6 +209,7 @@ def killed_and_resumed(architecture, fault, resumed_from, reference, work, launc
     killed = launch(architecture, "--ckpt_dir=ckpt", "--save_every=10", "--log_every=1", cwd=work,
                     launcher_flags=[*launcher_flags, f"--fault={fault}"])
     assert killed.returncode == 1 and f"task {task} was killed by signal 9" in killed.stderr, killed.stderr
+    assert "Traceback" not in killed.stdout + killed.stderr  # the others stop in a line each
     assert not (work / f"results/run_{architecture}.json").exists()
     resumed = launch(architecture, "--ckpt_dir=ckpt", "--save_every=10", "--resume", cwd=work,
                      launcher_flags=launcher_flags)
@@ -182,7 +222,9 @@ def killed_and_resumed(architecture, fault, resumed_from, reference, work, launc
 
 @pytest.mark.parametrize("fault, named", [("ps0:3", "--fault=ps0:3: no such task"),
                                           ("worker2:3", "--fault=worker2:3: no such task"),
-                                          ("worker1", "--fault=worker1")])
+                                          ("worker1", "--fault=worker1"), ("launcher:soon", "launcher:soon"),
+                                          ("checkpoint:20:halfway", "checkpoint:20:halfway"),
+                                          ("ps0:-1s", "ps0:-1s")])
 def test_a_bad_fault_is_one_line_and_exit_2(tmp_path, assert_usage_error, fault, named):
     assert_usage_error(launch("horovod", cwd=tmp_path, launcher_flags=[f"--fault={fault}"]), named)
 
