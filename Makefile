@@ -6,6 +6,7 @@
 # make run-horovod  allreduce with Horovod                (run_horovod.py)
 # make run-parallax hybrid: sparse on PS, dense allreduced (run_parallax.py)
 # make bench    benchmarks (docs/bench.md)
+# make soak     tf, horovod and parallax crashed every way, resumed, and compared with an uninterrupted run
 # make report   report/report.pdf from what make verify and make bench left in RESULTS
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
@@ -23,6 +24,7 @@
 #             1gbit; needs root); empty: loopback. DELAY adds latency where the kernel has netem (not here)
 #   ARGS      any other flags, passed through
 #   FAULTS    make verify FAULTS=1: also kill a task of tf, horovod and parallax and resume each (verify.py)
+#   MINUTES   make soak: rounds of crashes start for this long (20); SEED draws the crashes (bench/soak.py)
 #   SAVE_EVERY a checkpoint every this many steps; RESUME=1 continues from the latest complete one (run
 #             targets)
 #   BENCH     make bench BENCH=quick: W = 2 on the model's first config against run.py's one device, 16
@@ -51,6 +53,7 @@ ARGS     ?=
 SAVE_EVERY ?=
 RESUME   ?=
 FAULTS   ?=
+MINUTES  ?= 20
 BENCH    ?=
 RESULTS  ?= results
 REPORT   ?= report
@@ -69,7 +72,7 @@ RUN_FLAGS = --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --results_dir=$(
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume)
 
-.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead report clean
+.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead soak report clean
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh
@@ -133,6 +136,14 @@ endif
 bench-overhead: setup
 	$(if $(HOSTS),$(error HOSTS=: bench-overhead measures run.py on this machine only))
 	$(PYTHON) -m bench.overhead $(RUN_FLAGS) $(ARGS)
+
+# The chaos soak (bench/soak.py; docs/cluster.md, "A chaos soak"): each run's length and checkpoints are its own.
+soak: setup
+	$(if $(HOSTS)$(NET),$(error HOSTS=, NET=: make soak crashes local runs))
+	$(if $(call given,STEPS,1),$(error STEPS=: make soak runs until MINUTES are up))
+	$(PYTHON) -m bench.soak --minutes=$(MINUTES) --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) \
+	    --seed=$(SEED) --workers=$(WORKERS) --ps=$(PS) --results_dir=$(RESULTS_DIR) $(if $(DATA),--data_path=$(DATA)) \
+	    $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(ARGS)
 
 # The PDF report, from RESULTS alone (make verify and make bench first; what they did not write is named
 # as missing in the report). Writes REPORT/report.pdf, its Typst source (report.typ, data.json) and figures.

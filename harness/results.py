@@ -5,8 +5,8 @@ import os
 
 VERIFY, BENCH, PREDICTIONS, PARALLAX = "verify.json", "bench.jsonl", "bench-predict.jsonl", "bench-parallax.jsonl"
 CROSSOVER = "bench-crossover.jsonl"
-OVERHEAD, PARTITION_SEARCH = "bench-overhead.json", "partition-search.json"
-NOT_RUN_SUMMARIES = {VERIFY, OVERHEAD, PARTITION_SEARCH}
+OVERHEAD, PARTITION_SEARCH, SOAK = "bench-overhead.json", "partition-search.json", "soak.json"
+NOT_RUN_SUMMARIES = {VERIFY, OVERHEAD, PARTITION_SEARCH, SOAK}
 
 
 def summary_path(results_dir, run_name):
@@ -41,6 +41,8 @@ FIELDS = {
                             "point_seconds"], "throughput": THROUGHPUT},
     "prediction": {"": ["runner", "config", "workers", "machines", "link", "words_per_sec"]},
     "parallax point": {"": ["architecture", "machines", "predicted_words_per_sec", "published_words_per_sec"]},
+    "soak": {"": ["config", "runners", "passed"], "runners[]": ["runner", "survived", "steps_lost", "seconds_lost",
+                                                                "identical", "problems"]},
     "validation cell": {"": ["set", "model", "config", "runner", "workers", "link", "date", "commit", "step_seconds",
                              "lower_seconds", "point_seconds", "upper_seconds"]},
 }
