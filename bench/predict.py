@@ -223,7 +223,7 @@ def parallax_count(records):
 
 def main():
     parser = flags.parser("bench.predict", __doc__)
-    flags.DEFINE_list("machines", list(map(str, MACHINES)), "cluster sizes", flag_values=parser)
+    flags.DEFINE_names("machines", list(map(str, MACHINES)), "cluster sizes", parser)
     flags.DEFINE_parsed("net", netns.Link.parse("100mbit"), netns.Link.parse, "link rate", parser)
     flags.DEFINE_finite_float("compute_seconds", 0.0, "one worker's compute time per step (default: measured by "
                               "make bench, or calibrated with --parallax)", parser)

@@ -19,7 +19,7 @@ def parse_flags():
     parser = flags.parser("protocol_probe", __doc__)
     runner_flags.cluster(parser)
     flags.DEFINE_enum("probe", None, ["grpc", "collective", "beside"], "what to time", flag_values=parser)
-    flags.DEFINE_list("sizes", ["4096", "1048576", "8388608"], "tensor sizes in bytes", flag_values=parser)
+    flags.DEFINE_names("sizes", ["4096", "1048576", "8388608"], "tensor sizes in bytes", parser)
     flags.DEFINE_integer("tensors", 64, "small tensors pulled in one run (the cost of a message)", lower_bound=2,
                          flag_values=parser)
     flags.DEFINE_string("timings_file", None, "where worker0 (rank 0) writes the timings", flag_values=parser)
@@ -31,6 +31,10 @@ def parse_flags():
     flags.DEFINE_string("ready_file", None, "beside: written once the first allreduce is done", flag_values=parser)
     flags.DEFINE_string("stop_file", None, "beside: its existence stops every rank", flag_values=parser)
     args = flags.parse(parser)
+    if args.probe is None:
+        raise harness.UsageError("--probe: say what to time (grpc, collective or beside)")
+    if not all(size.isdigit() for size in args.sizes):
+        raise harness.UsageError(f"--sizes={','.join(args.sizes)}: expected sizes in bytes")
     args.sizes = [int(size) for size in args.sizes]
     return args
 

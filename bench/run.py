@@ -41,10 +41,10 @@ def parse_flags(argv=None):
     parser = flags.parser("bench", __doc__)
     flags.DEFINE_parsed("net", [netns.Link.parse("100mbit")], link_list, "every machine's link rate; several "
                         "(100mbit,1gbit) sweep each in turn", parser)
-    flags.DEFINE_list("configs", None, "configs to sweep (default: the model's BENCH_CONFIGS, or its first)",
-                      flag_values=parser)
-    flags.DEFINE_list("runners", experiments.DISTRIBUTED, "runners to sweep", flag_values=parser)
-    flags.DEFINE_list("workers", ["1", "2", "4"], "worker counts to sweep", flag_values=parser)
+    flags.DEFINE_names("configs", None, "configs to sweep (default: the model's BENCH_CONFIGS, or its first)",
+                       parser)
+    flags.DEFINE_names("runners", experiments.DISTRIBUTED, "runners to sweep", parser, known=experiments.DISTRIBUTED)
+    flags.DEFINE_names("workers", ["1", "2", "4"], "worker counts to sweep", parser)
     flags.DEFINE_integer("ps", 0, "parameter-server tasks of every run; 0: one per machine (Parallax's setup)",
                          lower_bound=0, flag_values=parser)
     flags.DEFINE_parsed("delay", None, netns.Link.parse_delay, "added latency per link direction, where the "
@@ -85,17 +85,10 @@ def parse_flags(argv=None):
                 setattr(args, name, value)
         if not parser["configs"].present:
             args.configs = [max(model.CONFIGS, key=lambda name: traffic.sparse_share(model, name, args))]
-    for name in ("runners", "workers"):
-        if not getattr(args, name):
-            raise harness.UsageError(f"--{name}=: empty; name at least one")
     for name in args.configs:
         if name not in model.CONFIGS:
             raise harness.UsageError(f"--configs: model {args.model} has no config {name!r} (it has "
                                      f"{', '.join(model.CONFIGS)})")
-    for name in args.runners:
-        if name not in experiments.DISTRIBUTED:
-            raise harness.UsageError(f"--runners: unknown runner {name!r} "
-                                     f"(known: {', '.join(experiments.DISTRIBUTED)})")
     if not all(w.isdigit() and int(w) >= 1 for w in args.workers):
         raise harness.UsageError(f"--workers={','.join(args.workers)}: expected worker counts, each at least 1")
     args.workers = [int(w) for w in args.workers]

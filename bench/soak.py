@@ -54,14 +54,10 @@ def parse_flags(argv=None):
                        flag_values=parser)
     flags.DEFINE_integer("rounds", None, "at most this many rounds (default: as many as --minutes allow)",
                          lower_bound=1, flag_values=parser)
-    flags.DEFINE_list("runners", list(RUNNERS), "the architectures soaked, at once", flag_values=parser)
+    flags.DEFINE_names("runners", list(RUNNERS), "the architectures soaked, at once", parser, known=RUNNERS)
     flags.DEFINE_integer("workers", 2, "workers of every run", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("ps", 1, "parameter-server tasks (tf, parallax)", lower_bound=1, flag_values=parser)
     args = flags.parse(parser, argv)
-    bad = [runner for runner in args.runners if runner not in RUNNERS]
-    if bad or not args.runners or len(set(args.runners)) < len(args.runners):
-        raise harness.UsageError(f"--runners={','.join(args.runners)}: name each of {', '.join(RUNNERS)} at most "
-                                 f"once, at least one")
     args.ckpt_dir = os.path.abspath(args.ckpt_dir)  # in every process's command line: how leftovers are found
     return args
 

@@ -109,12 +109,9 @@ def score(cells):
 def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_child's stop of the sweep
     parser = flags.parser("bench.validate", __doc__)
-    flags.DEFINE_list("sets", list(SETS), "which sets of cells to run", flag_values=parser)
+    flags.DEFINE_names("sets", list(SETS), "which sets of cells to run", parser, known=list(SETS))
     flags.DEFINE_boolean("score", False, "only score the kept records (docs/validation.jsonl)", flag_values=parser)
     args = flags.parse(parser)
-    unknown = [name for name in args.sets if name not in SETS]
-    if unknown:
-        raise harness.UsageError(f"--sets: unknown {', '.join(unknown)} (known: {', '.join(SETS)})")
     kept = [record for _, record in results.read_lines(KEPT, "validation cell")] if os.path.exists(KEPT) else []
     if not args.score:
         commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,

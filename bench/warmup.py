@@ -8,7 +8,7 @@ import os
 import statistics
 
 import harness
-from harness import flags, results
+from harness import experiments, flags, results
 
 from bench import validate
 
@@ -21,7 +21,8 @@ def median_of(steps, first, last):
 
 def main():
     parser = flags.parser("bench.warmup", __doc__)
-    flags.DEFINE_list("runners", ["tf", "horovod", "parallax", "tf-async"], "runners to run", flag_values=parser)
+    flags.DEFINE_names("runners", ["tf", "horovod", "parallax", "tf-async"], "runners to run", parser,
+                       known=experiments.DISTRIBUTED)
     flags.DEFINE_string("net", "1gbit", "every machine's link rate", flag_values=parser)
     parser.set_default("steps", 150)
     args = flags.parse(parser)

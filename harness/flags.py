@@ -161,6 +161,19 @@ def host_slots(text):
     return pairs
 
 
+def DEFINE_names(name, default, help, flag_values, known=None):
+    """A comma-separated list flag, refused empty, with an item named twice, or (given `known`) an unknown one."""
+    def names(text):
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = [item for item in items if known is not None and item not in known]
+        repeated = sorted({item for item in items if items.count(item) > 1})
+        if not items or unknown or repeated:
+            raise ValueError("empty; name at least one" if not items else f"unknown {', '.join(unknown)} (known: "
+                             f"{', '.join(known)})" if unknown else f"{', '.join(repeated)} named twice")
+        return items
+    DEFINE_parsed(name, default, names, help, flag_values)
+
+
 class _Parsed(absl_flags.ArgumentParser):
     """An absl argument parser from a function that turns the text into the value or raises ValueError."""
 

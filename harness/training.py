@@ -62,6 +62,16 @@ def _checked(model, objective):
     return TokenLoss(*parts) if len(parts) == 2 else objective
 
 
+def _with_state(model, returned, shape):
+    """A stateful loss's (objective, new state), the new state checked to be a tensor of the state's `shape`."""
+    new_state = returned[1] if isinstance(returned, tuple) and len(returned) == 2 else None
+    if not isinstance(new_state, tf.Tensor) or not new_state.shape.is_compatible_with(shape):
+        raise UsageError(f"--model={models.name_of(model)}: loss must return (objective, new state) with "
+                         f"state_shape, the new state a tensor of shape {shape} (these rows'), not "
+                         f"{_describe(returned)}")
+    return returned
+
+
 def _describe(value):
     """What a loss returned, as a mistake message shows it."""
     if isinstance(value, tuple):
@@ -104,7 +114,8 @@ class StepFeed:
             if state is None:
                 objective, final_state = self.model.loss(self.config, params, inputs, random), tf.no_op()
             else:
-                objective, final_state = self.model.loss(self.config, params, inputs, random, state)
+                objective, final_state = _with_state(self.model, self.model.loss(self.config, params, inputs,
+                                                                                random, state), state.shape)
         return _checked(self.model, objective), final_state
 
     def __call__(self, step, state):

@@ -442,7 +442,8 @@ def test_a_sampled_softmax_touches_the_targets_and_the_step_s_candidates():
                                           (["--workers=2,0"], "--workers=2,0"), (["--net=1gbit,x"], "--net"),
                                           (["--crossover", "--net=1gbit,10gbit"], "--crossover"),
                                           (["--net=1gbit,1000mbit"], "--net"), (["--runners="], "--runners=: empty"),
-                                          (["--workers="], "--workers=: empty")])
+                                          (["--configs="], "--configs=: empty"), (["--workers="], "--workers=: empty"),
+                                          (["--runners=tf,tf"], "tf named twice")])
 def test_bench_bad_input_is_named_by_the_flags_check(tmp_path, monkeypatch, flags, named):
     """bench.run's flags check, in this process: the next test shows how the command reports it."""
     monkeypatch.chdir(tmp_path)
@@ -462,6 +463,7 @@ def test_the_bench_run_as_a_file_checks_its_flags_as_the_module_does(tmp_path, a
 
 
 @pytest.mark.parametrize("flags, named", [(["--machines=0"], "--machines"), (["--machines=8,x"], "--machines"),
+                                          (["--machines="], "--machines=: empty"),
                                           (["--compute_seconds=-1"], "--compute_seconds"),
                                           (["--compute_seconds=nan"], "--compute_seconds")])
 def test_predict_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, flags, named):
@@ -473,6 +475,7 @@ def test_predict_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error, 
 
 def test_validate_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
     assert_usage_error(run_module("bench.validate", "--sets=developed,nope", cwd=tmp_path), "--sets")
+    assert_usage_error(run_module("bench.validate", "--sets=", cwd=tmp_path), "--sets=: empty")
 
 
 def test_a_stopped_validation_stops_its_child_and_leaves_no_machine(tmp_path):
@@ -503,6 +506,12 @@ def test_a_stopped_validation_stops_its_child_and_leaves_no_machine(tmp_path):
     assert children() == [] and namespaces(owners) == []
 
 
+def test_protocol_probe_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
+    """bench.costs starts it; a person may too."""
+    assert_usage_error(run_module("bench.protocol_probe", cwd=tmp_path), "--probe")
+    assert_usage_error(run_module("bench.protocol_probe", "--probe=grpc", "--sizes=", cwd=tmp_path), "--sizes=: empty")
+
+
 def test_costs_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
     assert_usage_error(run_module("bench.costs", "--repeats=1", cwd=tmp_path), "--repeats")
     assert not (tmp_path / "results").exists()
@@ -510,7 +519,8 @@ def test_costs_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
 
 def test_warmup_bad_input_is_one_line_and_exit_2(tmp_path, assert_usage_error):
     assert_usage_error(run_module("bench.warmup", "--steps=30", cwd=tmp_path), "--steps")
-    assert_usage_error(run_module("bench.warmup", "--runners=tf,nope", cwd=tmp_path), "nope")  # bench.run's
+    assert_usage_error(run_module("bench.warmup", "--runners=tf,nope", cwd=tmp_path), "--runners=tf,nope", "nope")
+    assert_usage_error(run_module("bench.warmup", "--runners=", cwd=tmp_path), "--runners=: empty")
     assert not (tmp_path / "results").exists()
 
 

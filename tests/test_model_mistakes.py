@@ -7,6 +7,7 @@ import pytest
 from conftest import REPO, run_script
 
 BAG_OF_WORDS = os.path.join(REPO, "tests", "models", "bag_of_words.py")
+LSTM = os.path.join(REPO, "models", "lstm.py")  # a model with state
 
 
 # A mistake Python or TensorFlow finds in the file's own code: its line is named too.
@@ -63,17 +64,33 @@ CONTRACT = [
 ]
 
 
-@pytest.mark.parametrize("change, named", CODE + CONTRACT)
+# A loss with state that does not return (objective, new state) of the state's shape (on lstm's tiny: 4 rows of
+# [2 layers, 32]).
+STATE_RETURN = "    return tf.reduce_sum(cross_entropy) / words.shape[0], tf.stack(final_state, axis=1)"
+STATEFUL = [
+    ((STATE_RETURN, "    return tf.reduce_sum(cross_entropy) / words.shape[0]"),
+     "loss must return (objective, new state) with state_shape, the new state a tensor of shape (4, 2, 32) "
+     "(these rows'), not a tensor of shape ()"),
+    ((STATE_RETURN, STATE_RETURN + ", 0"), "not a tuple of 3"),
+    ((STATE_RETURN, "    return tf.reduce_sum(cross_entropy) / words.shape[0], tf.stack(final_state, axis=0)"),
+     "the new state a tensor of shape (4, 2, 32) (these rows'), not a tuple of 2: a tensor of shape (), a tensor "
+     "of shape (2, 4, 32)"),
+]
+
+
+@pytest.mark.parametrize("change, named", CODE + CONTRACT + STATEFUL)
 def test_a_mistaken_model_file_gets_one_line_naming_what_is_wrong(tmp_path, assert_usage_error, change, named):
     mistaken = tmp_path / "mistaken.py"
     words = [f"{mistaken}:", named] if (change, named) in CODE else [named]
-    assert_usage_error(run_mistaken(mistaken, change), f"--model={mistaken}: ", *words)
+    original = LSTM if (change, named) in STATEFUL else BAG_OF_WORDS
+    assert_usage_error(run_mistaken(mistaken, change, original), f"--model={mistaken}: ", *words)
     assert sorted(os.listdir(tmp_path)) == ["mistaken.py"]  # nothing written
 
 
-def run_mistaken(mistaken, change):
-    """run.py on bag_of_words with `change` (old, new) made, written to the file `mistaken`."""
-    source = open(BAG_OF_WORDS).read()
+def run_mistaken(mistaken, change, original=BAG_OF_WORDS):
+    """run.py on `original` with `change` (old, new) made, written to the file `mistaken`."""
+    source = open(original).read()
     mistaken.write_text(source.replace(*change))
     assert mistaken.read_text() != source
-    return run_script("run.py", f"--model={mistaken}", "--steps=2", "--warmup_steps=1", cwd=mistaken.parent)
+    config = ["--config=tiny"] if original == LSTM else []
+    return run_script("run.py", f"--model={mistaken}", *config, "--steps=2", "--warmup_steps=1", cwd=mistaken.parent)
