@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if not __package__:  # run as a file (python bench/run.py): the repository's packages are beside bench/
     sys.path.insert(0, REPO)
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import environment, experiments, flags, models, results
+from harness import environment, experiments, flags, models, results, tasks
 from harness.experiments import RUNS
 from harness.starters import netns
 
@@ -34,7 +34,7 @@ CORES = len(os.sched_getaffinity(0))
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 ASYNCHRONOUS = ("asynchronous: each worker steps at its own pace, so the step time does not compare with the "
                 "model's synchronous step; the bytes are predicted for the workers' paces")
-PEAK_RESIDENT = r"^\[\S+\] .*: peak resident memory ([\d,]+) MiB$"
+PEAK_RESIDENT = re.compile(rf"^launch: {tasks.TASKS_PEAK_MEMORY}: (.*)$", re.MULTILINE)
 
 
 def parse_flags(argv=None):
@@ -140,8 +140,9 @@ def run_quietly(commands, what):
 
 
 def tasks_peak_resident_bytes(output):
-    """The sum of the peak resident memory each task prints as it ends (not the launcher's), or None."""
-    peaks = [int(m[1].replace(",", "")) * 2**20 for m in re.finditer(PEAK_RESIDENT, output, re.MULTILINE)]
+    """The sum of the peak resident memory of the tasks (the launcher's line; not its own), or None."""
+    peaks = [int(mib.replace(",", "")) * 2**20 for line in PEAK_RESIDENT.finditer(output)
+             for mib in re.findall(r" ([\d,]+) MiB", line[1])]
     return sum(peaks) if peaks else None
 
 

@@ -1,6 +1,7 @@
 """What every runner shares: flags, data and sharding, determinism, the throughput timer, the recorder.
 It loads no TensorFlow, as the launcher and the report import it; a runner imports harness.determinism first."""
 import os
+import re
 import resource
 import sys
 
@@ -13,6 +14,10 @@ HOROVOD_SHUT_DOWN = "Horovod has been shut down"
 
 class UsageError(Exception):
     """Bad input or environment: reported as one line, exit status 2."""
+
+
+# The line every program ends with; the launcher gathers its tasks' into one (tasks.run_tasks).
+PEAK_MEMORY = re.compile(r"^\S+: peak resident memory ([\d,]+) MiB$")
 
 
 def peak_resident_bytes():

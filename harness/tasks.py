@@ -11,6 +11,9 @@ import harness
 from harness import events
 from harness.checkpoints import FAULT_ENV
 
+TASKS_PEAK_MEMORY = "the tasks' peak resident memory"
+
+
 @dataclasses.dataclass
 class Task:
     """What to run: a name ("worker1", "ps0"), a command line, extra environment and a host; a starter is how."""
@@ -76,11 +79,14 @@ class Fault:
             os.killpg(victim.pid, signal.SIGKILL)
 
 
-def _copy_output(name, stream, lock, watch, running):
+def _copy_output(name, stream, lock, watch, running, peaks):
     for line in stream:
         if watch:
             watch(name, line, running)
         if line.startswith(events.MARKER):  # the launcher's, not the reader's
+            continue
+        if peak := harness.PEAK_MEMORY.match(line):  # shown with the others' at the end
+            peaks[name] = int(peak[1].replace(",", ""))
             continue
         with lock:
             sys.stdout.write(f"[{name}] {line}")
@@ -90,15 +96,16 @@ def _copy_output(name, stream, lock, watch, running):
 def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None, poll=None):
     """Runs `tasks` to the end; returns 0 if all succeed, else names the first that failed, stops the others
     and returns 2 if it exited 2 (bad input), else 1; 130 on Ctrl-C. `watch(name, line, {name: process})` sees
-    every output line as it comes, `poll({name: process})` is called every `poll_seconds`."""
+    every output line as it comes, `poll({name: process})` is called every `poll_seconds`. The tasks' peak memory
+    is one line at the end."""
     lock = threading.Lock()
-    running, readers = {}, []
+    running, readers, peaks = {}, [], {}
     try:
         for task in tasks:
             process = starter.start(task)
             running[task.name] = process
-            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock, watch, running),
-                                      daemon=True)
+            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock, watch, running,
+                                                                 peaks), daemon=True)
             reader.start()
             readers.append(reader)
         status = 0
@@ -126,3 +133,6 @@ def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None, p
         starter.stop_all(list(running.values()), grace_seconds)
         for reader in readers:
             reader.join(timeout=grace_seconds)
+        if peaks:
+            print(f"launch: {TASKS_PEAK_MEMORY}: " + ", ".join(f"{name} {mib:,d} MiB" for name, mib in peaks.items()),
+                  file=sys.stderr, flush=True)

@@ -2,10 +2,12 @@
 sampled softmax, so both big tables get sparse gradients, and every synchronous architecture still ends
 with the reference's parameters bit for bit at W = 2."""
 import json
+import re
 
 import pytest
 
 from harness import models
+from harness.tasks import TASKS_PEAK_MEMORY
 from conftest import bit_identical, checkpoint_tensors, launch_and_wait, read_jsonl, train_reference
 
 LM1B_TINY = ["--config=lm1b-tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
@@ -60,15 +62,19 @@ def test_every_summary_reports_the_peak_resident_memory(runs):
     for name in SYNCHRONOUS:
         # the summary's figure is the chief's at its checkpoint: at most what the chief prints when it exits
         summary = json.loads((work / f"results/{name}.json").read_text())["peak_resident_bytes"] / 2**20
-        printed = [line for line in outputs[name].splitlines()
-                   if line.startswith("[worker0]") and "peak resident memory" in line]
-        at_exit = float(printed[0].split("peak resident memory ")[1].split()[0].replace(",", ""))
+        at_exit = peaks(outputs[name])["worker0"]
         assert 50 < summary <= at_exit + 1, (name, summary, at_exit)
     rule = json.loads((work / "results/reference.json").read_text())["update_rule"]
     assert rule.startswith("Adagrad(initial_accumulator=1.0); the global norm of lstm_0/kernel, lstm_0/")
-    # every task says it at its end, parameter servers too (the launcher prefixes a task's lines with its name)
-    tasks = {line.split()[0] for line in outputs["tf"].splitlines() if "peak resident memory" in line}
-    assert tasks >= {"[ps0]", "[ps1]", "[worker0]", "[worker1]"}
+    # every task says it at its end, parameter servers too; the launcher shows them in one line
+    assert set(peaks(outputs["tf"])) == {"ps0", "ps1", "worker0", "worker1"}
+    assert "[worker0] run_tf.py: peak resident memory" not in outputs["tf"]
+
+
+def peaks(output):
+    """{task: MiB} from the launcher's line of its tasks' peak resident memory."""
+    line = next(line for line in output.splitlines() if line.startswith(f"launch: {TASKS_PEAK_MEMORY}: "))
+    return {task: float(mib.replace(",", "")) for task, mib in re.findall(r"(\w+) ([\d,]+) MiB", line)}
 
 
 def test_tensorflow_s_sync_replicas_optimizer_applies_parallax_s_rule(tmp_path):
