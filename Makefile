@@ -7,6 +7,7 @@
 # make run-parallax hybrid: sparse on PS, dense allreduced (run_parallax.py)
 # make bench    benchmarks (docs/bench.md)
 # make soak     tf, horovod and parallax crashed every way, resumed, and compared with an uninterrupted run
+# make cluster  NODES nodes on this machine (network namespaces with names and sshd) for HOSTS= runs; cluster-down
 # make report   report/report.pdf from what make verify and make bench left in RESULTS
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
@@ -25,6 +26,7 @@
 #   ARGS      any other flags, passed through
 #   FAULTS    make verify FAULTS=1: also kill a task of tf, horovod and parallax and resume each (verify.py)
 #   MINUTES   make soak: rounds of crashes start for this long (20); SEED draws the crashes (bench/soak.py)
+#   NODES     make cluster: how many nodes (3), node1, node2, ...; NET shapes their links
 #   SAVE_EVERY a checkpoint every this many steps; RESUME=1 continues from the latest complete one (run
 #             targets)
 #   BENCH     make bench BENCH=quick: W = 2 on the model's first config against run.py's one device, 16
@@ -54,6 +56,7 @@ SAVE_EVERY ?=
 RESUME   ?=
 FAULTS   ?=
 MINUTES  ?= 20
+NODES    ?= 3
 BENCH    ?=
 RESULTS  ?= results
 REPORT   ?= report
@@ -72,7 +75,8 @@ RUN_FLAGS = --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --results_dir=$(
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume)
 
-.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead soak report clean
+.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead soak cluster cluster-down \
+        report clean
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh
@@ -144,6 +148,14 @@ soak: setup
 	$(PYTHON) -m bench.soak --minutes=$(MINUTES) --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) \
 	    --seed=$(SEED) --workers=$(WORKERS) --ps=$(PS) --results_dir=$(RESULTS_DIR) $(if $(DATA),--data_path=$(DATA)) \
 	    $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(ARGS)
+
+# An emulated cluster of nodes (cluster/; docs/cluster.md, "An emulated cluster of nodes"): node1..NODES, each a
+# network namespace with its own address, host name, /tmp and sshd; it prints the HOSTS= value. Root.
+cluster: setup
+	$(PYTHON) -m cluster up --nodes=$(NODES) $(if $(NET),--net=$(NET))
+
+cluster-down: setup
+	$(PYTHON) -m cluster down
 
 # The PDF report, from RESULTS alone (make verify and make bench first; what they did not write is named
 # as missing in the report). Writes REPORT/report.pdf, its Typst source (report.typ, data.json) and figures.

@@ -39,9 +39,10 @@ def gloo_timeout_seconds(model, config, workers, link):
     return GLOO_TIMEOUT_SECONDS + math.ceil(2 * broadcast)
 
 
-def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO_TIMEOUT_SECONDS):
+def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO_TIMEOUT_SECONDS, starter=None):
     """Start Horovod's rendezvous in this process; return (each rank's environment as horovodrun --gloo sets it,
-    rank r on worker_hosts[r]; stop_rendezvous)."""
+    rank r on worker_hosts[r]; stop_rendezvous). A rank talks over `network_interface`, else the interface its
+    host routes this machine's address through (`starter.interface_on`), else the one this machine uses."""
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
     from horovod.runner.http.http_server import RendezvousServer
@@ -54,7 +55,10 @@ def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO
     rendezvous.init(slots)
     shared = {**create_run_env_vars(address, [network_interface or interface], port), "PYTHONUNBUFFERED": "1",
               "HOROVOD_GLOO_TIMEOUT_SECONDS": str(gloo_timeout)}
-    return [{k: str(v) for k, v in {**shared, **create_slot_env_vars(slot)}.items()} for slot in slots], \
+    interfaces = {host: network_interface or (starter and starter.interface_on(host, address)) or interface
+                  for host in dict.fromkeys(worker_hosts)}  # each host names its own interfaces
+    return [{k: str(v) for k, v in {**shared, **create_slot_env_vars(slot),
+                                    "HOROVOD_GLOO_IFACE": interfaces[slot.hostname]}.items()} for slot in slots], \
         rendezvous.stop
 
 
@@ -106,7 +110,7 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
         tasks = parameter_server_tasks(script, runner_flags, *with_ports(ps_hosts, worker_hosts, starter))
     stop_rendezvous = None
     if architecture != "tf":  # the workers are Horovod ranks
-        environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface, gloo_timeout)
+        environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface, gloo_timeout, starter)
         for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
             task.env.update(environment)
     for task in tasks if fault else []:

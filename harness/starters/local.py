@@ -72,6 +72,10 @@ class LocalProcess:
     def shares_workdir(self, host):
         return True
 
+    def interface_on(self, host, address):
+        """The network interface `host` reaches `address` (this machine's) through, or None: this machine's own."""
+        return None
+
 
 def listening_ports():
     """The ports the launcher gives its tasks: from 10000 up to the ephemeral range (net.ipv4.ip_local_port_range)."""

@@ -26,6 +26,21 @@ PROBE = ("import os, socket, sys; s = [socket.socket() for _ in range(int(sys.ar
          "print(open(sys.argv[2]).read() if os.path.exists(sys.argv[2]) else '')")
 
 
+# Run on a host: the name of its interface whose address the host reaches argv[1] from.
+INTERFACE_PROBE = """
+import fcntl, socket, struct, sys
+route = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+route.connect((sys.argv[1], 9))  # UDP: nothing is sent, the kernel only picks the route
+mine = route.getsockname()[0]
+for _, name in socket.if_nameindex():
+    try:  # SIOCGIFADDR: the interface's IPv4 address
+        if socket.inet_ntoa(fcntl.ioctl(route, 0x8915, struct.pack("256s", name.encode()))[20:24]) == mine:
+            print(name)
+    except OSError:
+        pass
+"""
+
+
 def probe(command, host, count):
     """Return (`count` ports free on `host`, whether it sees a token file written here), by a probe run through
     `command` (argv -> its command line on `host`); a host where it fails is a UsageError naming it."""
@@ -63,6 +78,16 @@ class OnHosts(LocalProcess):
         """Ports free on `host` now; the probe also checks the host and whether it shares this working directory."""
         ports, self.shared[host] = probe(lambda argv: self.command(host, argv), host, count)
         return ports
+
+    def interface_on(self, host, address):
+        """The interface `host` reaches `address` through, by a probe run there (None if it names none)."""
+        found = subprocess.run(self.command(host, [sys.executable, "-c", INTERFACE_PROBE, address]),
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if found.returncode:
+            why = (found.stderr.strip().splitlines() or [f"exit status {found.returncode}"])[-1]
+            raise harness.UsageError(f"host {host}: {'unreachable over ssh: ' if found.returncode == 255 else ''}"
+                                     f"{why}")
+        return (found.stdout.split() or [None])[0]
 
     def shares_workdir(self, host):
         """Whether `host` sees this working directory, where the chief writes what verify and partition search read."""

@@ -1,0 +1,36 @@
+"""make cluster NODES=3 [NET=1gbit] / make cluster-down: an emulated cluster of nodes on this machine.
+
+    python -m cluster up --nodes=3 --net=1gbit     # prints the HOSTS= value: HOSTS=node1:1,node2:1,node3:1
+    python -m cluster down                         # nothing of it left
+"""
+import harness
+from harness import flags
+from harness.starters import netns
+
+import cluster
+
+
+def main():
+    parser = flags.FlagSet("python -m cluster up|down", __doc__)
+    flags.DEFINE_integer("nodes", 3, "nodes (node1, node2, ...)", lower_bound=1, upper_bound=200,
+                         flag_values=parser)
+    flags.DEFINE_parsed("net", None, netns.Link.parse, "every node's link rate, shaped as the bench's machines' "
+                        "(default: unshaped)", parser)
+    args = flags.parse(parser, positional=1)
+    what = args.positional[0]
+    if what == "down":
+        cluster.down()
+        print("cluster: down; nothing of it left")
+        return 0
+    if what != "up":
+        raise harness.UsageError(f"expected up or down, not {what!r}")
+    hosts = cluster.up(args.nodes, args.net)
+    nodes = ", ".join(f"{name} {address}" for name, address in zip(cluster.names(args.nodes),
+                                                                  cluster.addresses(args.nodes)))
+    print(f"cluster: {args.nodes} nodes up ({nodes}), links {args.net or 'unshaped'}; ssh node1 hostname; "
+          f"HOSTS={hosts}")
+    return 0
+
+
+if __name__ == "__main__":
+    harness.main(main)
