@@ -8,8 +8,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the runners, models/, docs/
 
 
-# What every collective fails with once a Horovod rank has died (the message of its library).
-HOROVOD_SHUT_DOWN = "Horovod has been shut down"
+# How a Horovod collective's failure reads once a rank has died: its library's words, or Gloo's lost connection.
+HOROVOD_FAILED = ("Horovod has been shut down", "gloo/transport/tcp/")
 
 
 class UsageError(Exception):
@@ -47,8 +47,8 @@ def main(entry_point):
         print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as error:
-        if HOROVOD_SHUT_DOWN in str(error):  # a rank died; the launcher names it
-            print(f"{prog}: stopping: a Horovod rank is gone ({HOROVOD_SHUT_DOWN})", file=sys.stderr)
+        if any(words in str(error) for words in HOROVOD_FAILED):  # a rank died; the launcher names it
+            print(f"{prog}: stopping: a Horovod collective failed, a rank is gone", file=sys.stderr)
             exit_now(1)
         from harness import models  # (here: models imports this module)
         found = models.mistake(error)
