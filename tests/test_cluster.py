@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from conftest import REPO
+from harness.starters.ssh import Ssh
 
 import cluster
 
@@ -56,6 +57,15 @@ def test_each_node_has_its_name_its_address_and_its_own_tmp(nodes, tmp_path):
     found = ssh("node1", f"{sys.executable} -c \"import socket; print(socket.gethostbyname('node2'))\"")
     assert found.stdout.strip() == cluster.addresses(NODES)[1], found.stderr
     assert ssh("node1", "ssh node2 hostname").stdout.strip() == "node2"
+
+
+def test_ports_handed_out_on_a_node_lie_below_its_ephemeral_range(nodes, shared_work, monkeypatch):
+    """Where no task's outgoing connection can take one before the task binds it (the launcher's probe on the
+    node; it used to bind port 0, which the kernel draws from that range)."""
+    monkeypatch.chdir(shared_work)
+    ports = Ssh([("node1", 1)]).free_ports("node1", 8)
+    ephemeral_start = int(ssh("node1", "cat /proc/sys/net/ipv4/ip_local_port_range").stdout.split()[0])
+    assert len(set(ports)) == 8 and all(10000 <= port < ephemeral_start for port in ports), ports
 
 
 def test_verify_across_two_nodes_finds_every_architecture_identical(nodes, shared_work):

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import (REPO, bit_identical, checkpoint_tensors, launch, launch_and_wait, launcher_usage_error, long_run,
                       train_reference)
+from harness.tasks import TASKS_PEAK_MEMORY
 
 # A fresh machine builds the image's base and Horovod in the first test's setup, beside another group of tests
 # (make test runs two at a time): up to the build's own hour, not pytest.ini's 30 minutes.
@@ -87,7 +88,8 @@ def test_verify_in_containers(image, tmp_path):
         summary = json.loads((tmp_path / "results" / f"verify-{name}.json").read_text())
         assert summary["environment"]["hostnames"] == ["reference" if name == "reference" else "worker0"], name
     # Each task had a container of its own, on the run's network: the parameter servers' runs name ps0.
-    assert "[ps0]" in result.stdout and "[worker1]" in result.stdout
+    tasks = " ".join(line for line in result.stderr.splitlines() if TASKS_PEAK_MEMORY in line)
+    assert "ps0 " in tasks and "worker1 " in tasks
     assert leftovers() == []
 
 

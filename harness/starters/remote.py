@@ -21,9 +21,28 @@ def heartbeat(process):
         time.sleep(lifeline.HEARTBEAT_SECONDS)
 
 
-PROBE = ("import os, socket, sys; s = [socket.socket() for _ in range(int(sys.argv[1]))]; "
-         "[x.bind(('', 0)) for x in s]; print(*[x.getsockname()[1] for x in s]); "
-         "print(open(sys.argv[2]).read() if os.path.exists(sys.argv[2]) else '')")
+# Run on a host: `count` ports free there, below its ephemeral range (where an outgoing connection, such as a task's
+# gRPC client, could take one before its task binds it; as local.listening_ports), then the token file's text.
+PROBE = """
+import os, random, socket, sys
+count, token_file = int(sys.argv[1]), sys.argv[2]
+try:
+    ephemeral_start = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    ephemeral_start = 32768
+ports, held = [], []
+for port in random.sample(range(10000, ephemeral_start), ephemeral_start - 10000):
+    if len(ports) == count:
+        break
+    held.append(socket.socket())
+    try:
+        held[-1].bind(("", port))
+        ports.append(port)
+    except OSError:
+        pass
+print(*ports)
+print(open(token_file).read() if os.path.exists(token_file) else "")
+"""
 
 
 # Run on a host: the name of its interface whose address the host reaches argv[1] from.
