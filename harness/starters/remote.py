@@ -68,16 +68,22 @@ def probe(command, host, count):
     with open(marker, "w") as f:
         f.write(token)
     try:
-        result = subprocess.run(command([sys.executable, "-c", PROBE, str(count), marker]),
-                                stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        output = run_there(command, host, PROBE, str(count), marker)
     finally:
         os.remove(marker)
+    ports, seen = (output.splitlines() + ["", ""])[:2]
+    return [int(port) for port in ports.split()], seen.strip() == token
+
+
+def run_there(command, host, program, *args):
+    """The output of a Python `program` run on `host` through `command`; a failure is a UsageError naming the host."""
+    result = subprocess.run(command([sys.executable, "-c", program, *args]), stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True)
     if result.returncode:
         why = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
         raise harness.UsageError(f"host {host}: {'unreachable over ssh: ' if result.returncode == 255 else ''}"
                                  f"{why}")
-    ports, seen = (result.stdout.splitlines() + ["", ""])[:2]
-    return [int(port) for port in ports.split()], seen.strip() == token
+    return result.stdout
 
 
 class OnHosts(LocalProcess):
@@ -100,13 +106,8 @@ class OnHosts(LocalProcess):
 
     def interface_on(self, host, address):
         """The interface `host` reaches `address` through, by a probe run there (None if it names none)."""
-        found = subprocess.run(self.command(host, [sys.executable, "-c", INTERFACE_PROBE, address]),
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
-        if found.returncode:
-            why = (found.stderr.strip().splitlines() or [f"exit status {found.returncode}"])[-1]
-            raise harness.UsageError(f"host {host}: {'unreachable over ssh: ' if found.returncode == 255 else ''}"
-                                     f"{why}")
-        return (found.stdout.split() or [None])[0]
+        found = run_there(lambda argv: self.command(host, argv), host, INTERFACE_PROBE, address)
+        return (found.split() or [None])[0]
 
     def shares_workdir(self, host):
         """Whether `host` sees this working directory, where the chief writes what verify and partition search read."""
