@@ -150,7 +150,8 @@ soak: setup
 	    $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(ARGS)
 
 # An emulated cluster of nodes (cluster/; docs/cluster.md, "An emulated cluster of nodes"): node1..NODES, each a
-# network namespace with its own address, host name, /tmp and sshd; it prints the HOSTS= value. Root.
+# network namespace with its own address, host name, /tmp, sshd and slurmd (slurmctld on a head node); it prints
+# the HOSTS= value and the partition for sbatch. Root.
 cluster: setup
 	$(PYTHON) -m cluster up --nodes=$(NODES) $(if $(NET),--net=$(NET))
 

@@ -1,6 +1,7 @@
-"""An emulated cluster of real nodes on this machine, for HOSTS= runs before there is a cluster (make cluster NODES=3,
-make cluster-down): node i is a network namespace with its own address on a shaped link, its own host name
-(nodeI) and /tmp, and OpenSSH's sshd. docs/cluster.md ("An emulated cluster of nodes") explains it."""
+"""An emulated cluster of real nodes on this machine, for HOSTS= and sbatch runs before there is a cluster (make
+cluster NODES=3, make cluster-down): node i is a network namespace with its own address on a shaped link, its own
+host name (nodeI) and /tmp, OpenSSH's sshd and Slurm's slurmd; a head node holds slurmctld and munged.
+docs/cluster.md ("An emulated cluster of nodes") explains it."""
 import ipaddress
 import os
 import shlex
@@ -19,9 +20,14 @@ STATE = "/run/lstm-cluster"  # its keys, configurations and logs; /run: gone at 
 HOSTS_FILE = "/etc/hosts"
 SSH_CLIENT_CONFIG = "/etc/ssh/ssh_config.d/lstm-cluster.conf"  # Debian's ssh_config includes this directory
 HOST_ADDRESS = "198.19.255.253"  # this machine's end, on the nodes' network
+HEAD_ADDRESS = "198.19.255.254"  # the head node's: slurmctld and munged
 FIRST_NODE = ipaddress.ip_address("198.18.0.1")  # RFC 2544's benchmark range: no real network's
 BEGIN, END = "# lstm-cluster begin", "# lstm-cluster end"  # its block of HOSTS_FILE
-SSHD_START_SECONDS = 20
+SLURM_CONF = "/etc/slurm/slurm.conf"  # where Slurm's commands look: a link to the cluster's, unless one is there
+PARTITION = "nodes"
+CPUS = 4  # per node, whatever the machine has (config_overrides): a PS beside two workers fits on each
+START_SECONDS = 30
+TOOLS = ("nsenter", "unshare", "sshd", "ssh-keygen", "munged", "mungekey", "slurmctld", "slurmd", "sinfo")
 
 
 def names(nodes):
@@ -42,7 +48,10 @@ def up(nodes, link=None):
     """Start `nodes` nodes joined by links like `link` (None: unshaped), unless they are up already; an earlier
     cluster of another size or link goes first. Returns the HOSTS= value that puts one task on each."""
     if os.geteuid() != 0:
-        raise harness.UsageError("make cluster: root only (network namespaces, sshd, /etc/hosts)")
+        raise harness.UsageError("make cluster: root only (network namespaces, sshd, slurmd, /etc/hosts)")
+    absent = [tool for tool in TOOLS if not os.path.exists(_tool(tool))]
+    if absent:
+        raise harness.UsageError(f"make cluster: {', '.join(absent)} not installed (make setup installs them as root)")
     built = os.path.join(STATE, "up")  # written last: what is up, complete
     if nodes_up() != names(nodes) or not os.path.exists(built) or open(built).read() != f"{nodes} {link}":
         down()
@@ -67,25 +76,26 @@ def _build(nodes, link):
     ip("addr", "add", f"{HOST_ADDRESS}/{PREFIX_LENGTH}", "dev", f"{PREFIX}0")
     ip("link", "set", f"{PREFIX}0", "up")
     _keys()
-    for i, (name, address) in enumerate(zip(names(nodes), addresses(nodes))):
-        namespace = f"{PREFIX}-{name}"
-        ip("netns", "add", namespace)
-        ip("link", "set", "lo", "up", namespace=namespace)
-        ip("link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", namespace, namespace=switch)
-        ip("link", "set", name, "master", "switch", namespace=switch)
-        ip("addr", "add", f"{address}/{PREFIX_LENGTH}", "dev", "eth0", namespace=namespace)
-        ip("link", "set", "eth0", "up", namespace=namespace)
-        ip("link", "set", name, "up", namespace=switch)
-        if link:
-            link.shape("eth0", namespace)  # what the node sends
-            link.shape(name, switch)  # what it receives
-        _start_sshd(name, address, namespace)
+    _write_slurm_conf(nodes)
+    _plug("head", HEAD_ADDRESS, switch)
+    head = _start("head", [f"{_tool('munged')} --foreground --force --socket={STATE}/munge.socket "
+                    f"--key-file={STATE}/munge.key --pid-file={STATE}/munged.pid --seed-file={STATE}/munged.seed "
+                    f"--log-file={STATE}/munged.log &",
+                    f"exec {_tool('slurmctld')} -D -i -f {STATE}/slurm.conf"])
+    shells = {}
+    for name, address in zip(names(nodes), addresses(nodes)):
+        _plug(name, address, switch, link)
+        shells[name] = _start_node(name, address)
     _write_block(HOSTS_FILE, "".join(f"{a} {n}\n" for n, a in zip(names(nodes), addresses(nodes))))
     with open(SSH_CLIENT_CONFIG, "w") as f:
         f.write(f"Host {' '.join(names(nodes))}\n  IdentityFile {STATE}/client_key\n  IdentitiesOnly yes\n"
                 f"  UserKnownHostsFile {STATE}/known_hosts\n  StrictHostKeyChecking yes\n")
+    if not os.path.lexists(SLURM_CONF):
+        os.makedirs(os.path.dirname(SLURM_CONF), exist_ok=True)
+        os.symlink(os.path.join(STATE, "slurm.conf"), SLURM_CONF)
     for name, address in zip(names(nodes), addresses(nodes)):
-        _wait_for_sshd(name, address)
+        _wait_for(lambda: _listens(address, 22), shells[name], f"{name}'s sshd did not start", f"{name}.log")
+    _wait_for(lambda: _nodes_idle(nodes), head, "the Slurm nodes did not become idle", "slurmctld.log")
     with open(os.path.join(STATE, "up"), "w") as f:
         f.write(f"{nodes} {link}")
 
@@ -97,8 +107,39 @@ def _keys():
                         os.path.join(STATE, key)], check=True)
 
 
-def _start_sshd(name, address, namespace):
-    """sshd in node `name`'s namespace, with its host name and a /tmp of its own (what its logins see too)."""
+def _tool(name):
+    return shutil.which(name) or f"/usr/sbin/{name}"  # sbin is not on every user's PATH
+
+
+def _plug(name, address, switch, link=None):
+    """A namespace for `name` with `address` on a port of the switch, its link shaped like `link` (None: not)."""
+    namespace = f"{PREFIX}-{name}"
+    ip("netns", "add", namespace)
+    ip("link", "set", "lo", "up", namespace=namespace)
+    ip("link", "add", name, "type", "veth", "peer", "name", "eth0", "netns", namespace, namespace=switch)
+    ip("link", "set", name, "master", "switch", namespace=switch)
+    ip("addr", "add", f"{address}/{PREFIX_LENGTH}", "dev", "eth0", namespace=namespace)
+    ip("link", "set", "eth0", "up", namespace=namespace)
+    ip("link", "set", name, "up", namespace=switch)
+    if link:
+        link.shape("eth0", namespace)  # what the node sends
+        link.shape(name, switch)  # what it receives
+
+
+def _start(name, commands):
+    """Run shell `commands` in `name`'s namespace with its host name and a /tmp of its own (what its logins and
+    jobs see too), in the background, logging to STATE/<name>.log; returns its shell. cluster-down kills what is
+    left."""
+    with open(os.path.join(STATE, f"{name}.log"), "w") as log:
+        # nsenter, not ip netns exec, which mounts a /sys of its own without the cgroups slurmd needs.
+        return subprocess.Popen(["nsenter", f"--net=/run/netns/{PREFIX}-{name}", "unshare", "--uts", "--mount",
+                                 "--propagation", "private", "sh", "-c",
+                                 "\n".join(["set -e", f"hostname {name}", *private_tmp(), *commands])],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+
+
+def _start_node(name, address):
+    """slurmd and sshd on node `name`, with the cluster's host key; this machine's users log in with its key."""
     config = os.path.join(STATE, f"sshd_{name}.conf")
     with open(config, "w") as f:
         f.write(f"ListenAddress {address}\nHostKey {STATE}/host_key\nAuthorizedKeysFile {STATE}/client_key.pub\n"
@@ -107,12 +148,45 @@ def _start_sshd(name, address, namespace):
     with open(os.path.join(STATE, "host_key.pub")) as key, open(os.path.join(STATE, "known_hosts"), "a") as known:
         known.write(f"{name},{address} {key.read()}")
     os.makedirs("/run/sshd", exist_ok=True)  # its privilege-separation directory
-    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    with open(os.path.join(STATE, f"sshd_{name}.log"), "w") as log:
-        subprocess.Popen(["ip", "netns", "exec", namespace, "unshare", "--uts", "--mount", "--propagation", "private",
-                          "sh", "-c", " && ".join([f"hostname {name}", *private_tmp(),
-                                                   f"exec {sshd} -D -e -f {config}"])],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    return _start(name, [f"{_tool('slurmd')} -D -f {STATE}/slurm.conf -N {name} &",
+                         f"exec {_tool('sshd')} -D -e -f {config}"])
+
+
+def _write_slurm_conf(nodes):
+    """slurm.conf for slurmctld on the head node and a slurmd on each node, authenticated by the cluster's munge
+    key; a job's processes are tracked by parentage (no cgroups here), SIGKILLed 5 s after SIGTERM."""
+    subprocess.run(["mungekey", "--create", f"--keyfile={STATE}/munge.key"], check=True)
+    for directory in ("state", *(f"spool_{name}" for name in names(nodes))):
+        os.makedirs(os.path.join(STATE, directory))
+    node_lines = "".join(f"NodeName={name} NodeAddr={address} CPUs={CPUS} RealMemory=1000 State=UNKNOWN\n"
+                         for name, address in zip(names(nodes), addresses(nodes)))
+    with open(os.path.join(STATE, "slurm.conf"), "w") as f:
+        f.write(f"""ClusterName=lstmcluster
+SlurmctldHost=head({HEAD_ADDRESS})
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={STATE}/munge.socket,cred_expire=10
+CredType=cred/munge
+StateSaveLocation={STATE}/state
+SlurmdSpoolDir={STATE}/spool_%n
+SlurmctldPidFile={STATE}/slurmctld.pid
+SlurmdPidFile={STATE}/slurmd_%n.pid
+SlurmctldLogFile={STATE}/slurmctld.log
+SlurmdLogFile={STATE}/slurmd_%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+ReturnToService=2
+KillWait=5
+{node_lines}PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""")
 
 
 def private_tmp():
@@ -126,17 +200,28 @@ def private_tmp():
             f"mount --bind {shlex.quote(os.path.join(host_tmp, os.path.relpath(REPO, '/tmp')))} {shlex.quote(REPO)}"]
 
 
-def _wait_for_sshd(name, address):
-    deadline = time.monotonic() + SSHD_START_SECONDS
-    while True:
-        try:
-            socket.create_connection((address, 22), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                log = open(os.path.join(STATE, f"sshd_{name}.log")).read().strip().splitlines()
-                raise harness.UsageError(f"make cluster: {name}'s sshd did not start ({(log or ['no output'])[-1]})")
-            time.sleep(0.2)
+def _listens(address, port):
+    try:
+        socket.create_connection((address, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _nodes_idle(nodes):
+    state = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env={**os.environ, "SLURM_CONF": f"{STATE}/slurm.conf"},
+                           capture_output=True, text=True)
+    return state.stdout.split() == ["idle"] * nodes
+
+
+def _wait_for(condition, shell, failure, log):
+    """Wait for `condition` while `shell` runs; past START_SECONDS or its end, a UsageError with `log`'s last line."""
+    deadline = time.monotonic() + START_SECONDS
+    while not condition():
+        if time.monotonic() > deadline or shell.poll() is not None:
+            lines = open(os.path.join(STATE, log)).read().strip().splitlines()
+            raise harness.UsageError(f"make cluster: {failure} ({(lines or ['no output'])[-1]})")
+        time.sleep(0.2)
 
 
 def down():
@@ -150,6 +235,8 @@ def down():
                 pass
         subprocess.run(["ip", "netns", "delete", namespace], capture_output=True)  # its veth pairs go with it
     subprocess.run(["ip", "link", "delete", f"{PREFIX}0"], capture_output=True)
+    if os.path.islink(SLURM_CONF) and os.readlink(SLURM_CONF).startswith(STATE):
+        os.remove(SLURM_CONF)
     _write_block(HOSTS_FILE, "")
     for path in (SSH_CLIENT_CONFIG,):
         if os.path.exists(path):

@@ -1,8 +1,11 @@
 """make cluster NODES=3 [NET=1gbit] / make cluster-down: an emulated cluster of nodes on this machine.
 
-    python -m cluster up --nodes=3 --net=1gbit     # prints the HOSTS= value: HOSTS=node1:1,node2:1,node3:1
+    python -m cluster up --nodes=3 --net=1gbit     # prints the HOSTS= value (HOSTS=node1:1,node2:1,node3:1)
+                                                   # and the Slurm partition
     python -m cluster down                         # nothing of it left
 """
+import os
+
 import harness
 from harness import flags
 from harness.starters import netns
@@ -27,8 +30,10 @@ def main():
     hosts = cluster.up(args.nodes, args.net)
     nodes = ", ".join(f"{name} {address}" for name, address in zip(cluster.names(args.nodes),
                                                                   cluster.addresses(args.nodes)))
+    slurm = ("" if os.path.realpath(cluster.SLURM_CONF).startswith(cluster.STATE) else
+             f"export SLURM_CONF={cluster.STATE}/slurm.conf (yours is in {cluster.SLURM_CONF}); ")
     print(f"cluster: {args.nodes} nodes up ({nodes}), links {args.net or 'unshaped'}; ssh node1 hostname; "
-          f"HOSTS={hosts}")
+          f"{slurm}sbatch -N {args.nodes} (partition {cluster.PARTITION}); HOSTS={hosts}")
     return 0
 
 

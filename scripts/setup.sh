@@ -37,8 +37,8 @@ command -v pgrep >/dev/null || ! $can_apt || missing+=(procps)
 test_tools=$can_apt; [ "${LSTM_DIST_MINIMAL:-0}" = 1 ] && test_tools=false
 # poppler-utils' pdftoppm renders the report's pages in its test (without it the test uses Typst's own PNGs).
 command -v pdftoppm >/dev/null || ! $test_tools || missing+=(poppler-utils)
-# Slurm and munge for the sbatch templates' tests (tests/test_slurm.py starts a one-node cluster of its own);
-# optional too: without root the Slurm tests skip, saying why.
+# Slurm and munge for make cluster's nodes and head (tests/test_cluster.py runs the sbatch templates on them);
+# optional too: without root the cluster's tests skip, saying why.
 { command -v slurmctld && command -v slurmd && command -v sbatch; } >/dev/null || ! $test_tools || missing+=(slurm-wlm)
 command -v munged >/dev/null || ! $test_tools || missing+=(munge)
 if [ ${#missing[@]} -gt 0 ]; then
