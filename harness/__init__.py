@@ -38,6 +38,8 @@ def main(entry_point):
     """Run a runner's main(): a UsageError, or an error a model file's own code raised, is one line on stderr and
     exit 2, a dead Horovod peer one line and exit 1, Ctrl-C exit 130; then print peak memory."""
     prog = program_name()
+    for stream in (sys.stdout, sys.stderr):  # a line in one write: mpirun --tag-output tags each write it reads
+        stream.reconfigure(line_buffering=True, write_through=False)
     try:
         status = entry_point()
     except UsageError as error:

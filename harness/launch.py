@@ -7,6 +7,7 @@
 Flags before "--" are the launcher's, after it the runner's. docs/cluster.md shows hosts, Slurm, MPI and Docker.
 """
 import dataclasses
+import ipaddress
 import math
 import os
 import re
@@ -47,7 +48,7 @@ def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
     from horovod.runner.http.http_server import RendezvousServer
 
-    address, interface = _address_towards(worker_hosts[0])
+    address, (interface, _), interfaces = host_interfaces(worker_hosts, starter)
     rendezvous = RendezvousServer()
     port = rendezvous.start()
     hosts = ",".join(f"{host}:{worker_hosts.count(host)}" for host in dict.fromkeys(worker_hosts))
@@ -55,23 +56,41 @@ def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO
     rendezvous.init(slots)
     shared = {**create_run_env_vars(address, [network_interface or interface], port), "PYTHONUNBUFFERED": "1",
               "HOROVOD_GLOO_TIMEOUT_SECONDS": str(gloo_timeout)}
-    interfaces = {host: network_interface or (starter and starter.interface_on(host, address)) or interface
-                  for host in dict.fromkeys(worker_hosts)}  # each host names its own interfaces
     return [{k: str(v) for k, v in {**shared, **create_slot_env_vars(slot),
-                                    "HOROVOD_GLOO_IFACE": interfaces[slot.hostname]}.items()} for slot in slots], \
-        rendezvous.stop
+                                    "HOROVOD_GLOO_IFACE": network_interface or (interfaces[slot.hostname] or
+                                                                                (interface,))[0]}.items()}
+            for slot in slots], rendezvous.stop
+
+
+def host_interfaces(worker_hosts, starter=None):
+    """(this machine's address towards the first worker, (name, network) of its interface, {host: (name, network)
+    of the interface that host reaches it through, None for this machine}): each host names its own interfaces."""
+    address, interface = _address_towards(worker_hosts[0])
+    return address, interface, {host: starter and starter.interface_on(host, address)
+                                for host in dict.fromkeys(worker_hosts)}
+
+
+def mpi_networks(worker_hosts, network_interface=None, starter=None):
+    """What mpirun's ranks and daemons are to talk over: `network_interface`, else the networks (a name may differ
+    from host to host) of every host's interface and this machine's, where a rank is on another host; else none."""
+    if network_interface:
+        return [network_interface]
+    _, (_, network), interfaces = host_interfaces(worker_hosts, starter)
+    return sorted({network, *(found[1] for found in interfaces.values() if found)}) if any(interfaces.values()) \
+        else []
 
 
 def _address_towards(host):
-    """(this machine's address on the route to `host`, the name of its network interface)."""
+    """(this machine's address on the route to `host`, (name, network) of its network interface)."""
     import psutil  # a dependency of Horovod's runner
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((host, 9))  # UDP: no packet is sent, the kernel only picks the route
         address = probe.getsockname()[0]
     for interface, addresses in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == address for a in addresses):
-            return address, interface
+        for a in addresses:
+            if a.family == socket.AF_INET and a.address == address:
+                return address, (interface, str(ipaddress.ip_interface(f"{address}/{a.netmask}").network))
     raise harness.UsageError(f"no network interface has {address}, the address towards {host}: "
                              f"name one with --network_interface")
 
@@ -101,7 +120,9 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
     runner_flags = [*runner_flags, "--events"]  # the chief's @event lines, which run_tasks reads and keeps apart
     if mpi:
         tasks = [Task("mpirun", mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script),
-                                                               *runner_flags]))]
+                                                               *runner_flags],
+                                               mpi_networks(worker_hosts, network_interface, starter)),
+                      untag=mpirun.untag)]
         return run_tasks(tasks, LocalProcess(), watch=watch), tasks
     if architecture == "horovod":
         tasks = [Task(f"worker{r}", [sys.executable, os.path.join(REPO, script), *runner_flags], host=host)

@@ -16,11 +16,13 @@ TASKS_PEAK_MEMORY = "the tasks' peak resident memory"
 
 @dataclasses.dataclass
 class Task:
-    """What to run: a name ("worker1", "ps0"), a command line, extra environment and a host; a starter is how."""
+    """What to run: a name ("worker1", "ps0"), a command line, extra environment and a host; a starter is how.
+    `untag(name, line)`: (the task that wrote a line, the line), for a task that speaks for several (mpirun)."""
     name: str
     argv: list
     env: dict = dataclasses.field(default_factory=dict)
     host: str = "127.0.0.1"
+    untag: object = None
 
 
 def place(num_workers, num_ps, hosts=None, machines=1):
@@ -79,8 +81,9 @@ class Fault:
             os.killpg(victim.pid, signal.SIGKILL)
 
 
-def _copy_output(name, stream, lock, watch, running, peaks):
+def _copy_output(task, stream, lock, watch, running, peaks):
     for line in stream:
+        name, line = task.untag(task.name, line) if task.untag else (task.name, line)
         if watch:
             watch(name, line, running)
         if line.startswith(events.MARKER):  # the launcher's, not the reader's
@@ -104,8 +107,8 @@ def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None, p
         for task in tasks:
             process = starter.start(task)
             running[task.name] = process
-            reader = threading.Thread(target=_copy_output, args=(task.name, process.stdout, lock, watch, running,
-                                                                 peaks), daemon=True)
+            reader = threading.Thread(target=_copy_output, args=(task, process.stdout, lock, watch, running, peaks),
+                                      daemon=True)
             reader.start()
             readers.append(reader)
         status = 0

@@ -138,6 +138,28 @@ def test_verify_across_two_nodes_finds_every_architecture_identical(nodes, share
     assert [p["verdict"] for p in record["pairs"] if p["a"] == "reference"] == ["identical"] * 3
 
 
+def test_mpirun_across_nodes_keeps_off_an_interface_every_node_has(reference):
+    """Each node with a docker0 of the same address, as Docker gives every host: OpenMPI left to choose also
+    offers it, and a rank that connects there reaches itself. The launcher names the nodes' network instead,
+    and the ranks' tagged lines come out as each rank's own."""
+    for node in cluster.names(NODES):
+        for command in (["link", "add", "docker0", "type", "bridge"],
+                        ["addr", "add", "172.17.0.1/16", "dev", "docker0"], ["link", "set", "docker0", "up"]):
+            subprocess.run(["ip", "-n", f"{cluster.PREFIX}-{node}", *command], check=True)
+    try:
+        run = subprocess.run([sys.executable, "-m", "harness.launch", "horovod", "--mpi", "--hosts=node1:1,node2:1",
+                              "--", *TINY.split(), "--ckpt_dir=mpi-hosts", "--run_name=mpi-hosts"], cwd=reference,
+                             env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=180)
+    finally:
+        for node in cluster.names(NODES):
+            subprocess.run(["ip", "-n", f"{cluster.PREFIX}-{node}", "link", "delete", "docker0"], check=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "[worker0] [run_horovod] step 20/20" in run.stdout and "@event" not in run.stdout
+    assert "worker0" in run.stderr.split("peak resident memory:")[1] and "worker1" in run.stderr.split(
+        "peak resident memory:")[1]
+    assert matches_reference(reference, "mpi-hosts")
+
+
 def test_srun_puts_one_task_on_each_node(nodes):
     names = subprocess.run(["srun", f"--nodes={NODES}", "hostname"], env=SLURM, capture_output=True, text=True,
                            timeout=60)

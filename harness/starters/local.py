@@ -73,7 +73,8 @@ class LocalProcess:
         return True
 
     def interface_on(self, host, address):
-        """The network interface `host` reaches `address` (this machine's) through, or None: this machine's own."""
+        """(name, network) of the interface `host` reaches `address` (this machine's) through, or None: this
+        machine's own."""
         return None
 
 

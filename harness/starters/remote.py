@@ -45,16 +45,18 @@ print(open(token_file).read() if os.path.exists(token_file) else "")
 """
 
 
-# Run on a host: the name of its interface whose address the host reaches argv[1] from.
+# Run on a host: its interface whose address the host reaches argv[1] from, and that interface's network.
 INTERFACE_PROBE = """
-import fcntl, socket, struct, sys
+import fcntl, ipaddress, socket, struct, sys
 route = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 route.connect((sys.argv[1], 9))  # UDP: nothing is sent, the kernel only picks the route
 mine = route.getsockname()[0]
 for _, name in socket.if_nameindex():
-    try:  # SIOCGIFADDR: the interface's IPv4 address
-        if socket.inet_ntoa(fcntl.ioctl(route, 0x8915, struct.pack("256s", name.encode()))[20:24]) == mine:
-            print(name)
+    request = struct.pack("256s", name.encode())
+    try:  # SIOCGIFADDR and SIOCGIFNETMASK: the interface's IPv4 address and mask
+        if socket.inet_ntoa(fcntl.ioctl(route, 0x8915, request)[20:24]) == mine:
+            mask = socket.inet_ntoa(fcntl.ioctl(route, 0x891B, request)[20:24])
+            print(name, ipaddress.ip_interface(f"{mine}/{mask}").network)
     except OSError:
         pass
 """
@@ -105,9 +107,9 @@ class OnHosts(LocalProcess):
         return ports
 
     def interface_on(self, host, address):
-        """The interface `host` reaches `address` through, by a probe run there (None if it names none)."""
-        found = run_there(lambda argv: self.command(host, argv), host, INTERFACE_PROBE, address)
-        return (found.split() or [None])[0]
+        """(name, network) of the interface `host` reaches `address` through, by a probe run there (None if none)."""
+        found = run_there(lambda argv: self.command(host, argv), host, INTERFACE_PROBE, address).split()
+        return tuple(found[:2]) if found else None
 
     def shares_workdir(self, host):
         """Whether `host` sees this working directory, where the chief writes what verify and partition search read."""
