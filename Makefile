@@ -7,7 +7,9 @@
 # make run-parallax hybrid: sparse on PS, dense allreduced (run_parallax.py)
 # make bench    benchmarks (docs/bench.md)
 # make soak     tf, horovod and parallax crashed every way, resumed, and compared with an uninterrupted run
-# make cluster  NODES nodes on this machine (network namespaces with names and sshd) for HOSTS= runs; cluster-down
+# make cluster  NODES nodes on this machine (network namespaces with names, sshd, slurmd) for HOSTS= and sbatch
+#               runs; make cluster-down
+# make check    HOSTS=h1:1,h2:1: what would stop a run on each host, one line per problem
 # make report   report/report.pdf from what make verify and make bench left in RESULTS
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
@@ -26,7 +28,8 @@
 #   ARGS      any other flags, passed through
 #   FAULTS    make verify FAULTS=1: also kill a task of tf, horovod and parallax and resume each (verify.py)
 #   MINUTES   make soak: rounds of crashes start for this long (20); SEED draws the crashes (bench/soak.py)
-#   NODES     make cluster: how many nodes (3), node1, node2, ...; NET shapes their links
+#   NODES     make cluster: how many nodes (3), node1, node2, ...; NET shapes their links; SHARED=0 gives each a
+#             private copy of the repository (no shared file system)
 #   SAVE_EVERY a checkpoint every this many steps; RESUME=1 continues from the latest complete one (run
 #             targets)
 #   BENCH     make bench BENCH=quick: W = 2 on the model's first config against run.py's one device, 16
@@ -75,7 +78,7 @@ RUN_FLAGS = --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --results_dir=$(
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume)
 
-.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead soak cluster cluster-down \
+.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead soak cluster cluster-down check \
         report clean
 
 setup: .venv/.setup-done
@@ -153,10 +156,15 @@ soak: setup
 # network namespace with its own address, host name, /tmp, sshd and slurmd (slurmctld on a head node); it prints
 # the HOSTS= value and the partition for sbatch. Root.
 cluster: setup
-	$(PYTHON) -m cluster up --nodes=$(NODES) $(if $(NET),--net=$(NET))
+	$(PYTHON) -m cluster up --nodes=$(NODES) $(if $(NET),--net=$(NET)) $(if $(filter 0,$(SHARED)),--noshared)
 
 cluster-down: setup
 	$(PYTHON) -m cluster down
+
+# What would stop a run on each of HOSTS (harness/preflight.py; every HOSTS= and Slurm launch runs it first): ssh,
+# the same commit, .venv with Horovod, the working directory, interface, ports, clock. One line per problem; exit 2.
+check: setup
+	$(PYTHON) -m harness.preflight $(if $(HOSTS),--hosts=$(HOSTS)) $(ARGS)
 
 # The PDF report, from RESULTS alone (make verify and make bench first; what they did not write is named
 # as missing in the report). Writes REPORT/report.pdf, its Typst source (report.typ, data.json) and figures.

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 import harness
-from harness import REPO, experiments, flags, launch, models, results, runner_flags
+from harness import REPO, experiments, flags, launch, models, preflight, results, runner_flags
 from harness.experiments import RUNS
 from harness.starters import docker
 from harness.starters.ssh import Ssh
@@ -69,13 +69,8 @@ def parse_flags(argv=None):
     args.rtol, args.atol = (rtol if args.rtol is None else args.rtol), (atol if args.atol is None else args.atol)
     for name in args.runs:  # every run's flags, checked now rather than minutes in, when the run starts
         check_run_flags(args, name)
-    if args.hosts:
-        hosts = Ssh(args.hosts, args.ssh_config)
-        chief = hosts.place(args.workers, args.ps)[0][0]
-        if not hosts.shares_workdir(chief):
-            raise harness.UsageError(f"--hosts: {chief} (the chief) does not see this working directory "
-                                     f"{os.getcwd()}, where verify reads the runs' results: run from a file "
-                                     f"system every host shares")
+    if args.hosts:  # every host ready, the working directory where verify reads the runs' results shared
+        preflight.check(Ssh(args.hosts, args.ssh_config), require_shared=True)
     return args
 
 

@@ -44,26 +44,28 @@ def nodes_up():
     return sorted((n.split("-", 1)[1] for n in listed if n.startswith(f"{PREFIX}-node")), key=lambda n: int(n[4:]))
 
 
-def up(nodes, link=None):
-    """Start `nodes` nodes joined by links like `link` (None: unshaped), unless they are up already; an earlier
-    cluster of another size or link goes first. Returns the HOSTS= value that puts one task on each."""
+def up(nodes, link=None, shared=True):
+    """Start `nodes` nodes joined by links like `link` (None: unshaped), the repository shared by all or (not
+    `shared`) a private copy on each, unless they are up already; an earlier cluster of another kind goes first.
+    Returns the HOSTS= value that puts one task on each."""
     if os.geteuid() != 0:
         raise harness.UsageError("make cluster: root only (network namespaces, sshd, slurmd, /etc/hosts)")
     absent = [tool for tool in TOOLS if not os.path.exists(_tool(tool))]
     if absent:
         raise harness.UsageError(f"make cluster: {', '.join(absent)} not installed (make setup installs them as root)")
     built = os.path.join(STATE, "up")  # written last: what is up, complete
-    if nodes_up() != names(nodes) or not os.path.exists(built) or open(built).read() != f"{nodes} {link}":
+    kind = f"{nodes} {link} {'shared' if shared else 'private'}"
+    if nodes_up() != names(nodes) or not os.path.exists(built) or open(built).read() != kind:
         down()
         try:
-            _build(nodes, link)
+            _build(nodes, link, shared)
         except BaseException:
             down()
             raise
     return ",".join(f"{name}:1" for name in names(nodes))
 
 
-def _build(nodes, link):
+def _build(nodes, link, shared):
     os.makedirs(STATE)
     switch = f"{PREFIX}-switch"
     ip("netns", "add", switch)
@@ -85,7 +87,7 @@ def _build(nodes, link):
     shells = {}
     for name, address in zip(names(nodes), addresses(nodes)):
         _plug(name, address, switch, link)
-        shells[name] = _start_node(name, address)
+        shells[name] = _start_node(name, address, [] if shared else private_repository(name))
     _write_block(HOSTS_FILE, "".join(f"{a} {n}\n" for n, a in zip(names(nodes), addresses(nodes))))
     with open(SSH_CLIENT_CONFIG, "w") as f:
         f.write(f"Host {' '.join(names(nodes))}\n  IdentityFile {STATE}/client_key\n  IdentitiesOnly yes\n"
@@ -97,7 +99,7 @@ def _build(nodes, link):
         _wait_for(lambda: _listens(address, 22), shells[name], f"{name}'s sshd did not start", f"{name}.log")
     _wait_for(lambda: _nodes_idle(nodes), head, "the Slurm nodes did not become idle", "slurmctld.log")
     with open(os.path.join(STATE, "up"), "w") as f:
-        f.write(f"{nodes} {link}")
+        f.write(f"{nodes} {link} {'shared' if shared else 'private'}")
 
 
 def _keys():
@@ -138,8 +140,9 @@ def _start(name, commands):
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
 
 
-def _start_node(name, address):
-    """slurmd and sshd on node `name`, with the cluster's host key; this machine's users log in with its key."""
+def _start_node(name, address, mounts):
+    """slurmd and sshd on node `name` after the shell commands `mounts`, with the cluster's host key; this
+    machine's users log in with its key."""
     config = os.path.join(STATE, f"sshd_{name}.conf")
     with open(config, "w") as f:
         f.write(f"ListenAddress {address}\nHostKey {STATE}/host_key\nAuthorizedKeysFile {STATE}/client_key.pub\n"
@@ -148,7 +151,7 @@ def _start_node(name, address):
     with open(os.path.join(STATE, "host_key.pub")) as key, open(os.path.join(STATE, "known_hosts"), "a") as known:
         known.write(f"{name},{address} {key.read()}")
     os.makedirs("/run/sshd", exist_ok=True)  # its privilege-separation directory
-    return _start(name, [f"{_tool('slurmd')} -D -f {STATE}/slurm.conf -N {name} &",
+    return _start(name, [*mounts, f"{_tool('slurmd')} -D -f {STATE}/slurm.conf -N {name} &",
                          f"exec {_tool('sshd')} -D -e -f {config}"])
 
 
@@ -198,6 +201,20 @@ def private_tmp():
     return [f"mkdir -p {host_tmp}", f"mount --bind /tmp {host_tmp}", "mount -t tmpfs tmpfs /tmp",
             f"mkdir -p {shlex.quote(REPO)}",
             f"mount --bind {shlex.quote(os.path.join(host_tmp, os.path.relpath(REPO, '/tmp')))} {shlex.quote(REPO)}"]
+
+
+def private_repository(name):
+    """Shell commands that give node `name` a copy of the repository of its own at the same path (the code, data
+    and .venv as this machine has them; checkpoints/, results/ and report/ empty), as on machines without a
+    shared file system: what a run writes there stays on the node."""
+    copy, repo = shlex.quote(os.path.join(STATE, f"repository_{name}")), shlex.quote(REPO)
+    venv = f"{repo}/.venv"
+    return [f"mkdir -p {copy}",
+            f"tar -C {repo} --exclude=./.venv --exclude=./checkpoints --exclude=./results --exclude=./report -c . "
+            f"| tar -C {copy} -x",
+            f"if [ -L {venv} ]; then cp -P {venv} {copy}/.venv; "
+            f"else mkdir -p {copy}/.venv && mount --bind {venv} {copy}/.venv; fi",
+            f"mount --rbind {copy} {repo}"]
 
 
 def _listens(address, port):

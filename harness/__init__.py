@@ -43,7 +43,8 @@ def main(entry_point):
     try:
         status = entry_point()
     except UsageError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        for line in str(error).splitlines():  # several problems (the preflight's): a line each
+            print(f"{prog}: error: {line}", file=sys.stderr)
         exit_now(2)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

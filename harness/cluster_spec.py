@@ -7,7 +7,7 @@ import harness
 from harness import flags
 
 CLUSTER_FLAGS = ("job_name", "task_index", "ps_hosts", "worker_hosts")
-SLURM_PORT_BASE = 8888  # SlurmClusterResolver's default
+SLURM_PORT_BASE = 8888  # as SlurmClusterResolver's
 
 
 def resolve(args):
@@ -77,20 +77,26 @@ def from_tf_config(text):
 
 
 def from_slurm_step(num_ps):
-    """(job, index, ps addresses, worker addresses) of this task of the Slurm job step."""
-    import tensorflow as tf  # here, not above: the launcher checks cluster flags without loading TensorFlow
+    """(job, index, ps addresses, worker addresses) of this task of the Slurm job step: as SlurmClusterResolver
+    lays it out (the first `num_ps` tasks are parameter servers, the rest workers; a task's port is SLURM_PORT_BASE
+    plus its place on its node), but with the nodes in Slurm's order, which numbers the tasks, where the resolver
+    sorts their names (node10 before node9: task and address disagree)."""
+    from harness.starters.srun import hostnames, tasks_per_node  # (here: the starters import this module's users)
 
-    # The resolver runs nvidia-smi unless told the GPUs (tensorflow#56894) and gives ports only to tasks with a GPU:
-    # so one pretended GPU per task, not applied.
-    num_tasks = int(os.environ["SLURM_STEP_NUM_TASKS"])
+    try:
+        num_tasks, rank, node = (int(os.environ["SLURM_STEP_NUM_TASKS"]), int(os.environ["SLURM_PROCID"]),
+                                 os.environ["SLURMD_NODENAME"])
+        nodes = hostnames(os.environ["SLURM_STEP_NODELIST"])
+        counts = tasks_per_node(os.environ["SLURM_STEP_TASKS_PER_NODE"])
+    except (KeyError, ValueError, AttributeError) as error:
+        raise harness.UsageError(f"the Slurm step's environment: {error!r}")
     if num_ps >= num_tasks:
         raise harness.UsageError(f"--ps_tasks={num_ps}: the Slurm step has only {num_tasks} tasks, none left for "
                                  f"workers")
-    try:
-        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
-            jobs={"ps": num_ps, "worker": num_tasks - num_ps}, port_base=SLURM_PORT_BASE,
-            gpus_per_node=num_tasks, gpus_per_task=1, auto_set_gpu=False)
-        cluster = resolver.cluster_spec().as_dict()
-    except (KeyError, RuntimeError, ValueError) as error:
-        raise harness.UsageError(f"the Slurm step's environment: {error}")
-    return resolver.task_type, resolver.task_id, cluster["ps"], cluster["worker"]
+    addresses = [f"{host}:{SLURM_PORT_BASE + i}" for host, count in zip(nodes, counts) for i in range(count)]
+    if len(addresses) != num_tasks or not addresses[rank].startswith(f"{node}:"):
+        raise harness.UsageError(f"the Slurm step's task {rank} runs on {node}, not where block distribution puts "
+                                 f"it ({addresses[rank] if rank < len(addresses) else 'nowhere'}): srun "
+                                 f"--distribution=block")
+    job, index = ("ps", rank) if rank < num_ps else ("worker", rank - num_ps)
+    return job, index, addresses[:num_ps], addresses[num_ps:]

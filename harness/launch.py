@@ -7,7 +7,6 @@
 Flags before "--" are the launcher's, after it the runner's. docs/cluster.md shows hosts, Slurm, MPI and Docker.
 """
 import dataclasses
-import ipaddress
 import math
 import os
 import re
@@ -15,12 +14,13 @@ import socket
 import sys
 
 import harness
-from harness import REPO, checkpoints, data, flags, models, partition_search, results, runner_flags
+from harness import REPO, checkpoints, data, flags, models, partition_search, preflight, results, runner_flags
 from harness.checkpoints import Checkpoints
 from harness.tasks import Fault, Task, run_tasks
 from harness.experiments import SCRIPTS
 from harness.starters import docker, mpirun, netns
 from harness.starters.local import LocalProcess
+from harness.starters.remote import address_towards
 from harness.starters.srun import Srun
 from harness.starters.ssh import Ssh
 
@@ -65,7 +65,7 @@ def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO
 def host_interfaces(worker_hosts, starter=None):
     """(this machine's address towards the first worker, (name, network) of its interface, {host: (name, network)
     of the interface that host reaches it through, None for this machine}): each host names its own interfaces."""
-    address, interface = _address_towards(worker_hosts[0])
+    address, interface = address_towards(worker_hosts[0])
     return address, interface, {host: starter and starter.interface_on(host, address)
                                 for host in dict.fromkeys(worker_hosts)}
 
@@ -78,21 +78,6 @@ def mpi_networks(worker_hosts, network_interface=None, starter=None):
     _, (_, network), interfaces = host_interfaces(worker_hosts, starter)
     return sorted({network, *(found[1] for found in interfaces.values() if found)}) if any(interfaces.values()) \
         else []
-
-
-def _address_towards(host):
-    """(this machine's address on the route to `host`, (name, network) of its network interface)."""
-    import psutil  # a dependency of Horovod's runner
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((host, 9))  # UDP: no packet is sent, the kernel only picks the route
-        address = probe.getsockname()[0]
-    for interface, addresses in psutil.net_if_addrs().items():
-        for a in addresses:
-            if a.family == socket.AF_INET and a.address == address:
-                return address, (interface, str(ipaddress.ip_interface(f"{address}/{a.netmask}").network))
-    raise harness.UsageError(f"no network interface has {address}, the address towards {host}: "
-                             f"name one with --network_interface")
 
 
 def parameter_server_tasks(script, runner_flags, ps_addresses, worker_addresses):
@@ -188,7 +173,7 @@ def launcher_flags():
                         "after the tasks start; TASK may be launcher, this process. checkpoint:STEP:STAGE "
                         f"(checkpoint:20:variables): the chief kills itself writing that checkpoint, after its "
                         f"{', '.join(checkpoints.STAGES)} (the stage's files written, the next not)", parser)
-    flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts: refuse to start unless the chief's host "
+    flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts or --slurm: refuse to start unless every host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
     return parser
 
@@ -298,10 +283,7 @@ def run_job(args, starter):
     """Place the tasks and run the job with `starter` (after Parallax's partition search, if asked)."""
     runner_flags, runner_args = args.runner_flags, args.runner_args
     worker_hosts, ps_hosts = starter.place(args.workers, args.ps)
-    if (args.require_shared_workdir or args.search) and not starter.shares_workdir(worker_hosts[0]):
-        raise harness.UsageError(f"host {worker_hosts[0]} (the chief) does not see this working directory "
-                                 f"{os.getcwd()}: the results are read back from it, so run from a file system "
-                                 f"every host shares")
+    preflight.check(starter, args.require_shared_workdir or args.search)  # other hosts: ready, or named
     counter = starter.byte_counter()
     model, config = models.from_flags(runner_args)
     gloo_timeout = gloo_timeout_seconds(model, config, args.workers, args.net)
@@ -327,6 +309,14 @@ def run_job(args, starter):
         for watcher in watchers:
             watcher.watch(task, line, running)
     status, tasks = run(runner_flags, watch, args.fault)
+    chief = worker_hosts[0]
+    if not starter.shares_workdir(chief):  # what the chief wrote is on its own disk
+        if status == 0:
+            starter.fetch(chief, [runner_args.ckpt_dir, *(path(runner_args.results_dir, runner_args.run_name) for path
+                                                          in (results.summary_path, results.steps_path,
+                                                              results.tensorboard_path))])
+        print(f"launch: the chief's checkpoints and results {'copied back from' if status == 0 else 'stay on'} "
+              f"{chief}, which does not share this working directory", file=sys.stderr, flush=True)
     if counter and status == 0:
         results.write_json(results.network_path(runner_args.results_dir, runner_args.run_name),
                            counter.result(tasks))

@@ -28,8 +28,7 @@ class Recorder:
         kept = self._steps_before(steps_path, resumed_at) if resumed_at is not None else []
         results.write_lines(steps_path, kept, "step")
         self.steps_log = open(steps_path, "a")
-        self.tensorboard = tf.compat.v1.summary.FileWriter(
-            os.path.join(args.results_dir, "tensorboard", args.run_name))
+        self.tensorboard = tf.compat.v1.summary.FileWriter(results.tensorboard_path(args.results_dir, args.run_name))
         measured_before = kept[args.warmup_steps:]
         warmup = self._warmup_after(resumed_at, measured_before)
         self.timer = ThroughputTimer(warmup, self.unit)

@@ -17,6 +17,10 @@ def steps_path(results_dir, run_name):
     return os.path.join(results_dir, run_name + ".jsonl")
 
 
+def tensorboard_path(results_dir, run_name):
+    return os.path.join(results_dir, "tensorboard", run_name)
+
+
 def network_path(results_dir, run_name):
     return os.path.join(results_dir, run_name + ".network.json")
 

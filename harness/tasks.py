@@ -103,6 +103,7 @@ def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None, p
     is one line at the end."""
     lock = threading.Lock()
     running, readers, peaks = {}, [], {}
+    hosts = {task.name: task.host for task in tasks}
     try:
         for task in tasks:
             process = starter.start(task)
@@ -124,8 +125,8 @@ def run_tasks(tasks, starter, grace_seconds=5.0, poll_seconds=0.1, watch=None, p
                     how = (f"was killed by signal {-code}" if code < 0 else
                            f"was killed by signal {code - 128} (status {code})" if 128 < code < 128 + 65 else
                            f"exited with status {code}")  # 128 + N: killed on its host (lifeline.py, a shell)
-                    print(f"launch: task {name} {how}; stopping {', '.join(running) or 'nothing else'}",
-                          file=sys.stderr, flush=True)
+                    print(f"launch: task {name}{starter.where(hosts[name])} {how}; stopping "
+                          f"{', '.join(running) or 'nothing else'}", file=sys.stderr, flush=True)
                     status = 2 if code == 2 else 1
             time.sleep(poll_seconds)
         return status

@@ -4,6 +4,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -186,7 +187,7 @@ def kill_a_task_mid_run(architecture, victim, is_victim, cwd, *launcher_flags):
         os.kill(victims[0], signal.SIGKILL)
         process.wait(timeout=60)
     assert process.returncode == 1
-    assert f"task {victim} was killed by signal 9" in process.stderr.read()
+    assert re.search(rf"task {victim}( on \S+)? was killed by signal 9", process.stderr.read())
     assert no_process_left(marker)
     assert not glob.glob(os.path.join(str(cwd), "checkpoints", "*", "checkpoint"))
     assert not os.path.exists(os.path.join(str(cwd), "results", marker + ".json"))

@@ -13,7 +13,9 @@ import uuid
 
 import pytest
 
-from conftest import REPO, bit_identical, checkpoint_tensors, no_process_left, processes_with, train_reference
+from conftest import (REPO, bit_identical, checkpoint_tensors, long_run, no_process_left, processes_with,
+                      train_reference)
+import harness
 from harness.starters.ssh import Ssh
 
 import cluster
@@ -160,6 +162,173 @@ def test_mpirun_across_nodes_keeps_off_an_interface_every_node_has(reference):
     assert matches_reference(reference, "mpi-hosts")
 
 
+def make_check(*variables, cwd):
+    return subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "check", *variables], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def in_node(node, *command):
+    """Run `command` in `node`'s mount namespace (its sshd's): what the node's logins and tasks see, only there."""
+    pid = open(os.path.join(cluster.STATE, f"sshd_{node}.pid")).read().strip()
+    subprocess.run(["nsenter", "-t", pid, "-m", *command], check=True)
+
+
+def test_make_check_finds_every_node_ready(nodes, shared_work):
+    check = make_check("HOSTS=node1:1,node2:1", cwd=shared_work)
+    assert check.returncode == 0, check.stderr
+    for node in cluster.names(NODES):
+        line = next(line for line in check.stdout.splitlines() if line.startswith(f"check: {node}:"))
+        assert "Horovod built, workdir shared, interface eth0 (198.18.0.0/15)" in line, line
+    assert "check: 2 hosts ready" in check.stdout
+
+
+@pytest.fixture
+def other_commit_on_node1_no_venv_on_node2(nodes, shared_work):
+    """node1 sees a repository at another commit, node2 no .venv: each only in that node's mount namespace."""
+    other = os.path.join(shared_work, "other")
+    subprocess.run(["git", "init", "-q", other], check=True)
+    subprocess.run(["git", "-C", other, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty",
+                    "-m", "another commit"], check=True)
+    venv_bin = os.path.dirname(sys.executable)
+    in_node("node1", "mount", "--bind", os.path.join(other, ".git"), os.path.join(REPO, ".git"))
+    in_node("node2", "mount", "-t", "tmpfs", "tmpfs", venv_bin)
+    yield
+    in_node("node1", "umount", os.path.join(REPO, ".git"))
+    in_node("node2", "umount", venv_bin)
+
+
+def test_a_launch_names_each_node_s_problem_before_any_task_starts(other_commit_on_node1_no_venv_on_node2,
+                                                                   shared_work):
+    check = make_check("HOSTS=node1:1,node2:1", cwd=shared_work)
+    run = subprocess.run([sys.executable, "-m", "harness.launch", "tf", "--hosts=node1:1,node2:1", "--",
+                          *TINY.split()], cwd=shared_work, env={**os.environ, "PYTHONPATH": REPO},
+                         capture_output=True, text=True, timeout=120)
+    for result in (check, run):
+        assert result.returncode == 2, result.stdout + result.stderr
+        errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+        assert len(errors) == 2 and "Traceback" not in result.stderr, result.stderr
+        assert "node1: the repository is at commit" in errors[0], errors
+        assert "node2: no " in errors[1] and ".venv/bin/python: make setup there" in errors[1], errors
+    assert "[worker" not in run.stdout + run.stderr  # no task started
+
+
+def test_an_unknown_host_key_and_a_private_working_directory_are_named(nodes):
+    """node2's key unknown to the ssh configuration given; verify run from a directory each node has a /tmp copy
+    of (as machines without a shared file system): named before any run, exit 2."""
+    work = os.path.join("/tmp", f"cluster-private-{uuid.uuid4().hex[:8]}")
+    os.makedirs(work)
+    try:
+        empty = os.path.join(work, "empty_known_hosts")
+        open(empty, "w").close()
+        config = os.path.join(work, "ssh_config")
+        with open(config, "w") as f:
+            f.write(f"Host node2\n  UserKnownHostsFile {empty}\nHost node1 node2\n  IdentityFile "
+                    f"{cluster.STATE}/client_key\n  UserKnownHostsFile {cluster.STATE}/known_hosts\n")
+        check = make_check("HOSTS=node1:1,node2:1", f"ARGS=--ssh_config={config}", cwd=work)
+        assert check.returncode == 2 and "node2: ssh: its host key is not in known_hosts" in check.stderr, \
+            check.stderr
+        for node in cluster.names(NODES):
+            assert subprocess.run(["ssh", node, "mkdir", "-p", work]).returncode == 0
+        verify = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--hosts=node1:1,node2:1",
+                                 "--config=tiny", "--steps=12", "--warmup_steps=2", "--runs=reference,tf"], cwd=work,
+                                capture_output=True, text=True, timeout=300)
+        assert verify.returncode == 2, verify.stdout + verify.stderr
+        errors = [line for line in verify.stderr.splitlines() if ": error: " in line]
+        assert [e.split(": error: ")[1].split(":")[0] for e in errors] == ["node1", "node2"], verify.stderr
+        assert all("does not see this working directory" in e for e in errors)
+    finally:
+        shutil.rmtree(work)
+
+
+def task_pid(marker, job, index):
+    """The pid of the task (not its ssh client or lifeline) `job` `index` of the run named `marker`."""
+    argv = {pid: open(f"/proc/{pid}/cmdline").read().split("\0") for pid in processes_with(marker)}
+    found = [pid for pid, a in argv.items() if a[1].endswith("run_tf.py") and f"--job_name={job}" in a
+             and f"--task_index={index}" in a]
+    assert len(found) == 1, argv
+    return found[0]
+
+
+def test_a_task_killed_on_node2_ends_the_job_naming_both_and_the_launcher_s_variables_reach_it(
+        nodes, shared_work, monkeypatch):
+    """kill -9 of worker1, on node2: the job ends within 60 s naming the task and its node, nothing left on any
+    node. The task ran with the launcher's OMP_/LIFELINE_ variables, which ssh does not pass by itself."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("LIFELINE_SILENCE_SECONDS", "9")
+    marker = f"cluster-kill-{uuid.uuid4().hex[:8]}"
+    with long_run("tf", marker, shared_work, "--hosts=node1:1,node2:1") as process:
+        victim = task_pid(marker, "worker", 1)
+        environment = open(f"/proc/{victim}/environ").read().split("\0")
+        assert "OMP_NUM_THREADS=1" in environment and "LIFELINE_SILENCE_SECONDS=9" in environment
+        os.kill(victim, signal.SIGKILL)
+        assert process.wait(timeout=60) == 1
+    assert "launch: task worker1 on node2 was killed by signal 9" in process.stderr.read()
+    assert no_process_left(marker, seconds=30)
+
+
+def test_the_launcher_killed_leaves_nothing_on_any_node(nodes, shared_work):
+    marker = f"cluster-launcher-{uuid.uuid4().hex[:8]}"
+    with long_run("parallax", marker, shared_work, "--hosts=node1:1,node2:1") as process:
+        process.kill()
+        process.wait()
+        assert no_process_left(marker, seconds=60)
+
+
+def test_a_node_cut_off_ends_the_job_naming_it_and_its_tasks_stop_there(nodes, shared_work, monkeypatch):
+    """node2's link down: ssh's keep-alives (3 x 5 s) end its client, the job stops naming node2, and on node2
+    lifeline.py stops the tasks after LIFELINE_SILENCE_SECONDS without the launcher's heartbeat."""
+    monkeypatch.setenv("LIFELINE_SILENCE_SECONDS", "10")
+    marker = f"cluster-cut-{uuid.uuid4().hex[:8]}"
+    namespace = f"{cluster.PREFIX}-node2"
+    with long_run("tf", marker, shared_work, "--hosts=node1:1,node2:1") as process:
+        on_node2 = task_pid(marker, "worker", 1)
+        subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "down"], check=True)
+        try:
+            cut = time.monotonic()
+            assert process.wait(timeout=60) == 1
+            ended = time.monotonic() - cut
+            deadline = time.monotonic() + 30
+            while os.path.exists(f"/proc/{on_node2}") and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert not os.path.exists(f"/proc/{on_node2}"), "the task on node2 outlived its lifeline"
+        finally:
+            subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "up"], check=True)
+    errors = process.stderr.read()
+    assert ended < 30 and "launch: task worker1 on node2 exited with status 255" in errors, errors  # ssh's 255
+    assert no_process_left(marker, seconds=30)
+
+
+def test_horovodrun_from_a_node_matches_the_reference(reference):
+    """horovodrun by hand, from node1: its ranks are told the rendezvous at its own address on the interface
+    the hosts share by name (eth0), so it runs from one of them (from this machine, eth0 is another network)."""
+    run = ssh("node1", f"cd {reference} && {os.path.dirname(sys.executable)}/horovodrun --gloo -np 2 -H "
+                       f"node1:1,node2:1 {sys.executable} {REPO}/run_horovod.py {TINY} --ckpt_dir=horovodrun "
+                       f"--run_name=horovodrun")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert matches_reference(reference, "horovodrun")
+
+
+def test_tasks_given_tf_config_over_ssh_on_two_nodes_match_the_reference(reference):
+    """TFJob's layout, each task started by ssh on its node with its own TF_CONFIG: ps and chief on node1, the
+    worker on node2; the run is the reference's."""
+    cluster_spec = {"ps": ["node1:12001"], "chief": ["node1:12002"], "worker": ["node2:12003"]}
+    tasks = {}
+    try:
+        for job, node in (("ps", "node1"), ("chief", "node1"), ("worker", "node2")):
+            tf_config = json.dumps({"cluster": cluster_spec, "task": {"type": job, "index": 0}})
+            tasks[job] = subprocess.Popen(
+                ["ssh", node, f"cd {reference} && TF_CONFIG='{tf_config}' exec {sys.executable} {REPO}/run_tf.py "
+                              f"{TINY} --ckpt_dir=tf_config --run_name=tf_config"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        outputs = {job: task.communicate(timeout=300)[0] for job, task in tasks.items()}
+    finally:
+        for task in tasks.values():
+            task.kill()
+    assert all(task.returncode == 0 for task in tasks.values()), outputs
+    assert "step 20/20" in outputs["chief"]
+    assert matches_reference(reference, "tf_config")
+
+
 def test_srun_puts_one_task_on_each_node(nodes):
     names = subprocess.run(["srun", f"--nodes={NODES}", "hostname"], env=SLURM, capture_output=True, text=True,
                            timeout=60)
@@ -205,6 +374,19 @@ def test_srun_alone_gives_run_tf_its_cluster_from_the_step(reference):
     assert matches_reference(reference, "srun_step")
 
 
+def test_a_slurm_step_s_tasks_are_numbered_in_slurm_s_order_of_nodes(nodes, monkeypatch):
+    """node9 before node10, as Slurm numbers their tasks (SlurmClusterResolver sorted the names: its task 2, on
+    node10, was told node9's address)."""
+    from harness.cluster_spec import from_slurm_step
+    for name, value in {**SLURM, "SLURM_STEP_NODELIST": "node[9-10]", "SLURM_STEP_TASKS_PER_NODE": "2,1",
+                        "SLURM_STEP_NUM_TASKS": "3", "SLURM_PROCID": "2", "SLURMD_NODENAME": "node10"}.items():
+        monkeypatch.setenv(name, value)
+    assert from_slurm_step(1) == ("worker", 1, ["node9:8888"], ["node9:8889", "node10:8888"])
+    monkeypatch.setenv("SLURMD_NODENAME", "node9")  # --distribution=cyclic would put it there
+    with pytest.raises(harness.UsageError, match="task 2 runs on node9, not where block distribution puts it"):
+        from_slurm_step(1)
+
+
 def test_scancel_leaves_no_process_on_any_node(nodes, shared_work):
     marker = f"slurm-scancel-{uuid.uuid4().hex[:8]}"
     job = submit("run_parallax.sbatch", shared_work, f"{FOREVER} --run_name={marker}")
@@ -225,7 +407,8 @@ def test_a_task_killed_on_the_second_node_fails_the_job_naming_it(nodes, shared_
     assert open(f"/proc/{victims[0]}/environ").read().count("SLURMD_NODENAME=node2")  # the batch step is node1's
     os.kill(victims[0], signal.SIGKILL)
     assert wait_for_end(job, 60) == ("FAILED", "1:0")
-    assert "launch: task worker1 was killed by signal 9" in open(os.path.join(shared_work, f"{job}.out")).read()
+    output = open(os.path.join(shared_work, f"{job}.out")).read()
+    assert "launch: task worker1 on node2 was killed by signal 9" in output
     assert no_process_left(marker, seconds=30)
     assert not os.path.exists(os.path.join(shared_work, "results", f"{marker}.json"))
 
@@ -250,6 +433,33 @@ def test_a_job_requeued_onto_other_nodes_resumes_and_ends_as_the_reference(nodes
                                      text=True).stdout
     assert " NodeList=node2 " in nodes_it_ran_on
     assert matches_reference(shared_work, "requeued")
+
+
+def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_refuses(nodes):
+    """make cluster SHARED=0 (run after the tests on the shared cluster): each node a private copy of the
+    repository. A run's checkpoints and results, written on node1 by the chief, are copied back; verify, which
+    reads them as they are written, names every node before any run."""
+    assert cluster_module("up", f"--nodes={NODES}", "--noshared").returncode == 0
+    work = shared_directory()
+    try:
+        for node in cluster.names(NODES):
+            assert ssh(node, f"mkdir -p {work}").returncode == 0  # in its own copy
+        check = make_check("HOSTS=node1:1,node2:1", cwd=work)
+        assert check.returncode == 0 and check.stdout.count("workdir private") == 2, check.stdout + check.stderr
+        train_reference(TINY.split()[:3], 2, "reference", work)
+        run = subprocess.run([sys.executable, "-m", "harness.launch", "tf", "--hosts=node1:1,node2:1", "--",
+                              *TINY.split(), "--ckpt_dir=private", "--run_name=private"], cwd=work,
+                             env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert "launch: the chief's checkpoints and results copied back from node1" in run.stderr
+        assert os.path.exists(os.path.join(work, "results", "private.json")) and matches_reference(work, "private")
+        verify = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--hosts=node1:1,node2:1",
+                                 *TINY.split(), "--runs=reference,tf"], cwd=work, capture_output=True, text=True,
+                                timeout=300)
+        assert verify.returncode == 2 and verify.stderr.count("does not see this working directory") == 2, \
+            verify.stderr
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_the_cluster_goes_without_a_trace():

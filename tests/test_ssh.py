@@ -39,7 +39,7 @@ def test_a_run_over_ssh_killed_and_resumed_matches_the_reference(reference, ssh_
     killed = launch("horovod", *hosts, "--fault=worker1:13", "--", *TINY, *checkpoints, "--log_every=1",
                     cwd=reference, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, errors = killed.communicate(timeout=600)
-    assert killed.returncode == 1 and "task worker1 was killed by signal 9" in errors, errors
+    assert killed.returncode == 1 and "task worker1 on 127.0.0.2 was killed by signal 9" in errors, errors
     output = launch_and_wait("horovod", *hosts, "--", *TINY, *checkpoints, "--resume", cwd=reference)
     assert "resume: from horovod-resumed/model.ckpt-10 (after step 10)" in output
     expected, trained = checkpoint_tensors(reference / "reference"), checkpoint_tensors(reference / "horovod-resumed")
@@ -81,7 +81,7 @@ def test_a_host_that_stops_answering_takes_the_run_down(tmp_path, ssh_config):
             assert process.wait(timeout=60) == 1
         finally:
             os.kill(sshd, signal.SIGCONT)
-    assert "task worker1 exited with status 255" in process.stderr.read()
+    assert "task worker1 on 127.0.0.2 exited with status 255" in process.stderr.read()
     assert no_process_left(marker, seconds=30)
 
 
@@ -103,13 +103,13 @@ def test_a_host_without_the_working_directory_is_refused_where_results_are_read_
     hosts = f"--hosts={host_without_this_workdir}:2"
     result = launcher_usage_error("tf", [hosts, f"--ssh_config={ssh_config}", "--require_shared_workdir", "--",
                                          "--config=tiny"], tmp_path)
-    assert_usage_error(result, f"host {host_without_this_workdir} (the chief) does not see this working directory")
+    assert_usage_error(result, f"{host_without_this_workdir}: does not see this working directory")
     result = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--config=tiny", hosts,
                              f"--ssh_config={ssh_config}"], cwd=tmp_path, capture_output=True, text=True)
-    assert_usage_error(result, f"{host_without_this_workdir} (the chief) does not see this working directory")
+    assert_usage_error(result, f"{host_without_this_workdir}: does not see this working directory")
 
 
-@pytest.mark.parametrize("hosts, named", [("127.0.0.3:2", "host 127.0.0.3: unreachable over ssh"),
+@pytest.mark.parametrize("hosts, named", [("127.0.0.3:2", "127.0.0.3: unreachable over ssh"),
                                           ("no-such-host.invalid:2", "--hosts: unknown host no-such-host.invalid")])
 def test_an_unreachable_host_is_one_line_and_exit_2(tmp_path, ssh_config, assert_usage_error, hosts, named):
     result = launcher_usage_error("tf", [f"--hosts={hosts}", f"--ssh_config={ssh_config}", "--", "--config=tiny"],

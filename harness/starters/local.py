@@ -42,6 +42,10 @@ class LocalProcess:
         """What counts each machine's link's bytes (netns.ByteCounter), or None: here no machine has a link."""
         return None
 
+    def where(self, host):
+        """Where a task on `host` runs, for a message about it ("" for this machine)."""
+        return ""
+
     def start(self, task, stdin=subprocess.DEVNULL):
         return subprocess.Popen(task.argv, env={**os.environ, **task.env}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=stdin, start_new_session=True,

@@ -5,6 +5,7 @@ import re
 import shutil
 
 import harness
+from harness.starters.remote import forwarded_environment
 
 
 def check():
@@ -29,7 +30,7 @@ def command(worker_hosts, argv, interfaces=()):
     # --bind-to none: mpirun would pin each rank to a core, and the tasks of a run share this machine's cores.
     return ["mpirun", *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "-np", str(len(worker_hosts)),
             "-H", hosts, "--bind-to", "none", "--map-by", "slot", *over, "--tag-output", "-x", "PYTHONUNBUFFERED=1",
-            *argv]
+            *[arg for name in forwarded_environment() for arg in ("-x", name)], *argv]
 
 
 def untag(name, line):

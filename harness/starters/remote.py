@@ -1,5 +1,7 @@
 """Shared by starters on other hosts: the heartbeat to a task's lifeline.py, and `OnHosts`, the base of ssh and srun."""
+import ipaddress
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -8,6 +10,16 @@ import uuid
 import harness
 from harness import lifeline, tasks
 from harness.starters.local import LocalProcess
+
+
+# The launcher's variables a task's behaviour depends on, handed to tasks on other hosts (ssh passes none, mpirun
+# only what -x names); TF_CONFIG is not: a task's place in the cluster comes from the launcher.
+FORWARDED = ("OMP_", "KMP_", "MKL_", "TF_CPP_", "HOROVOD_", "NCCL_", "LIFELINE_", "PYTHONHASHSEED")
+
+
+def forwarded_environment():
+    """The variables of this process that tasks on other hosts are given (FORWARDED)."""
+    return {name: value for name, value in os.environ.items() if name.startswith(FORWARDED)}
 
 
 def heartbeat(process):
@@ -62,6 +74,21 @@ for _, name in socket.if_nameindex():
 """
 
 
+def address_towards(host):
+    """(this machine's address on the route to `host`, (name, network) of its network interface)."""
+    import psutil  # a dependency of Horovod's runner
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))  # UDP: no packet is sent, the kernel only picks the route
+        address = probe.getsockname()[0]
+    for interface, addresses in psutil.net_if_addrs().items():
+        for a in addresses:
+            if a.family == socket.AF_INET and a.address == address:
+                return address, (interface, str(ipaddress.ip_interface(f"{address}/{a.netmask}").network))
+    raise harness.UsageError(f"no network interface has {address}, the address towards {host}: "
+                             f"name one with --network_interface")
+
+
 def probe(command, host, count):
     """Return (`count` ports free on `host`, whether it sees a token file written here), by a probe run through
     `command` (argv -> its command line on `host`); a host where it fails is a UsageError naming it."""
@@ -101,6 +128,9 @@ class OnHosts(LocalProcess):
     def command(self, host, argv):
         raise NotImplementedError
 
+    def where(self, host):
+        return f" on {host}"
+
     def free_ports(self, host, count):
         """Ports free on `host` now; the probe also checks the host and whether it shares this working directory."""
         ports, self.shared[host] = probe(lambda argv: self.command(host, argv), host, count)
@@ -110,6 +140,16 @@ class OnHosts(LocalProcess):
         """(name, network) of the interface `host` reaches `address` through, by a probe run there (None if none)."""
         found = run_there(lambda argv: self.command(host, argv), host, INTERFACE_PROBE, address).split()
         return tuple(found[:2]) if found else None
+
+    def fetch(self, host, paths):
+        """Copy `paths` (files or directories, absent ones skipped) from `host` to the same paths here."""
+        from_root = [os.path.relpath(os.path.abspath(path), "/") for path in paths]
+        sender = subprocess.Popen(self.command(host, ["tar", "-C", "/", "--ignore-failed-read", "-c", *from_root]),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        received = subprocess.run(["tar", "-C", "/", "-x"], stdin=sender.stdout, capture_output=True, text=True)
+        if sender.wait() or received.returncode:
+            raise harness.UsageError(f"copying {', '.join(paths)} back from {host}: "
+                                     f"{received.stderr.strip() or f'tar exited {sender.returncode}'}")
 
     def shares_workdir(self, host):
         """Whether `host` sees this working directory, where the chief writes what verify and partition search read."""

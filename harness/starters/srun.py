@@ -18,14 +18,18 @@ def tasks_per_node(text):
     return counts
 
 
+def hostnames(nodelist):
+    """A Slurm node list ("node[9-10]") as names, in Slurm's order (["node9", "node10"])."""
+    nodes = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True)
+    if nodes.returncode:
+        raise harness.UsageError(f"scontrol show hostnames {nodelist}: {nodes.stderr.strip()}")
+    return nodes.stdout.split()
+
+
 def allocation():
     """The nodes of the allocation this runs in and their task slots, [(node, slots)], in Slurm's order."""
-    nodes = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-                           capture_output=True, text=True)
-    if nodes.returncode:
-        raise harness.UsageError(f"--slurm: scontrol show hostnames: {nodes.stderr.strip()}")
     slots = tasks_per_node(os.environ.get("SLURM_TASKS_PER_NODE", "1"))
-    return list(zip(nodes.stdout.split(), slots))
+    return list(zip(hostnames(os.environ["SLURM_JOB_NODELIST"]), slots))
 
 
 class Srun(OnHosts):

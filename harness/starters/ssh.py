@@ -7,7 +7,7 @@ import sys
 import threading
 
 from harness import REPO
-from harness.starters.remote import OnHosts, heartbeat
+from harness.starters.remote import OnHosts, forwarded_environment, heartbeat
 
 
 class Ssh(OnHosts):
@@ -29,7 +29,7 @@ class Ssh(OnHosts):
 
     def start(self, task):
         argv = [sys.executable, os.path.join(REPO, "harness", "lifeline.py"), *task.argv]
-        process = super().start(dataclasses.replace(task, argv=self.command(task.host, argv, task.env), env={}),
-                                stdin=subprocess.PIPE)
+        process = super().start(dataclasses.replace(task, argv=self.command(
+            task.host, argv, {**forwarded_environment(), **task.env}), env={}), stdin=subprocess.PIPE)
         threading.Thread(target=heartbeat, args=(process,), daemon=True).start()
         return process
