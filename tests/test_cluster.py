@@ -120,6 +120,18 @@ def test_each_node_has_its_name_its_address_and_its_own_tmp(nodes, tmp_path):
     assert ssh("node1", "ssh node2 hostname").stdout.strip() == "node2"
 
 
+def test_make_verify_with_four_workers_on_two_nodes_passes_as_verify_judges_w_4(nodes, shared_work):
+    """Two slots a node, two parameter servers (one each): make verify's own target, across the nodes."""
+    verify = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "verify", "HOSTS=node1:2,node2:2",
+                             "WORKERS=4", "PS=2", "CONFIG=tiny", "STEPS=12", "WARMUP=2",
+                             f"RESULTS={shared_work}/results", f"CKPT_DIR={shared_work}/checkpoints",
+                             "ARGS=--runs=reference,tf,horovod,parallax"], capture_output=True, text=True, timeout=900)
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr
+    record = json.loads(open(os.path.join(shared_work, "results", "lstm", "verify.json")).read())
+    assert record["config"]["workers"] == 4 and record["config"]["ps"] == 2 and record["match"] == "tolerance"
+    assert record["passed"] and [p["passed"] for p in record["pairs"] if p["a"] == "reference"] == [True] * 3
+
+
 def test_ports_handed_out_on_a_node_lie_below_its_ephemeral_range(nodes, shared_work, monkeypatch):
     """Where no task's outgoing connection can take one before the task binds it (the launcher's probe on the
     node; it used to bind port 0, which the kernel draws from that range)."""
