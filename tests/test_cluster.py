@@ -425,6 +425,38 @@ def test_a_task_killed_on_the_second_node_fails_the_job_naming_it(nodes, shared_
     assert not os.path.exists(os.path.join(shared_work, "results", f"{marker}.json"))
 
 
+def test_an_srun_client_killed_under_salloc_leaves_no_step_behind(nodes, shared_work):
+    """An allocation that outlives the run (salloc, a shell in it): worker1's srun client, for node2, killed with
+    -9; the launcher names the task, stops the others, and no step or process is left in the allocation."""
+    marker = f"salloc-srun-{uuid.uuid4().hex[:8]}"
+    launcher = (f"{sys.executable} -m harness.launch tf --slurm --workers=2 -- {FOREVER} --run_name={marker} "
+                f"> {marker}.out 2>&1; until [ -e {marker}.done ]; do sleep 0.2; done")
+    allocation = subprocess.Popen(["salloc", "--nodes=2", "--ntasks-per-node=1", "bash", "-c", launcher],
+                                  cwd=shared_work, env={**SLURM, "PYTHONPATH": REPO}, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+    output = os.path.join(shared_work, f"{marker}.out")
+    try:
+        deadline = time.monotonic() + 120
+        while not (os.path.exists(output) and " step 10/" in open(output).read()):
+            assert time.monotonic() < deadline and allocation.poll() is None, open(output).read()
+            time.sleep(0.5)
+        srun = [pid for pid in processes_with(marker) if open(f"/proc/{pid}/cmdline").read().startswith(
+            "srun\0") and "--nodelist=node2" in open(f"/proc/{pid}/cmdline").read()]
+        os.kill(min(srun), signal.SIGKILL)  # the client, not its helper
+        deadline = time.monotonic() + 60
+        while "launch: task worker1 on node2 was killed by signal 9" not in open(output).read():
+            assert time.monotonic() < deadline, open(output).read()
+            time.sleep(0.5)
+        assert no_process_left(f"--run_name={marker}", seconds=30)
+        deadline = time.monotonic() + 30  # a step whose processes are gone is Slurm's a moment longer
+        while steps := subprocess.run(["squeue", "-h", "-s"], env=SLURM, capture_output=True, text=True).stdout:
+            assert time.monotonic() < deadline, f"steps left in the allocation:\n{steps}"
+            time.sleep(0.5)
+    finally:
+        open(os.path.join(shared_work, f"{marker}.done"), "w").close()  # the shell in the allocation ends
+        allocation.wait(timeout=60)
+
+
 def test_a_job_requeued_onto_other_nodes_resumes_and_ends_as_the_reference(nodes, shared_work):
     """scontrol requeue, as a preemption or a lost node does it, and the job kept off the nodes it ran on: the
     template runs again elsewhere with SLURM_RESTART_COUNT=1, resumes from the latest checkpoint in the shared
