@@ -249,6 +249,11 @@ def check_environment(args):
             socket.getaddrinfo(host, None)
         except OSError:
             raise harness.UsageError(f"--hosts: unknown host {host}")
+    itself = [host for host, _ in args.hosts or [] if host in ("localhost", "ip6-localhost") or
+              re.fullmatch(r"127\.[\d.]+|::1", host)]
+    if itself and len(itself) < len(args.hosts):  # on another host, the name is that host
+        raise harness.UsageError(f"--hosts: {itself[0]} means each host itself, and the others' tasks would reach "
+                                 f"their own: name this machine as the other hosts do (its host name)")
     if args.ssh_config and not os.path.isfile(args.ssh_config):
         raise harness.UsageError(f"--ssh_config: {args.ssh_config} does not exist")
     if args.architecture != "tf":  # (the runner would say the same, once per task)
@@ -283,7 +288,8 @@ def run_job(args, starter):
     """Place the tasks and run the job with `starter` (after Parallax's partition search, if asked)."""
     runner_flags, runner_args = args.runner_flags, args.runner_args
     worker_hosts, ps_hosts = starter.place(args.workers, args.ps)
-    preflight.check(starter, args.require_shared_workdir or args.search)  # other hosts: ready, or named
+    preflight.check(starter, args.require_shared_workdir or args.search,  # other hosts: ready, or named
+                    gloo=args.architecture != "tf" and not args.mpi)
     counter = starter.byte_counter()
     model, config = models.from_flags(runner_args)
     gloo_timeout = gloo_timeout_seconds(model, config, args.workers, args.net)

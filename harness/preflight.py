@@ -7,6 +7,7 @@ clock. One line per problem, naming the host; exit 2. docs/cluster.md, "Before a
     python -m harness.preflight --slurm                          (inside an allocation: its nodes)
 """
 import concurrent.futures
+import ipaddress
 import json
 import os
 import shlex
@@ -28,8 +29,13 @@ SHELL = 'if [ -x "$1" ]; then exec "$@"; else echo "{\\"python\\": false}"; fi'
 
 # Run on a host (argv: repository, working directory, token file): what it has, as one JSON line.
 FACTS = """
-import glob, importlib.util, json, os, subprocess, sys, time
+import glob, importlib.util, ipaddress, json, os, socket, subprocess, sys, time
 repo, workdir, token_file = sys.argv[1:4]
+def own_name():
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None
 def commit():
     try:
         return subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -39,6 +45,7 @@ def commit():
 spec = importlib.util.find_spec("horovod")
 horovod = bool(spec and glob.glob(os.path.join(os.path.dirname(spec.origin), "tensorflow", "mpi_lib*.so")))
 print(json.dumps({"python": True, "time": time.time(), "repo": os.path.isdir(repo), "commit": commit(),
+                  "name": socket.gethostname(), "name_address": own_name(),
                   "horovod": horovod, "workdir": os.path.isdir(workdir),
                   "shared": os.path.exists(token_file) and open(token_file).read() == os.path.basename(token_file)}))
 """
@@ -57,7 +64,7 @@ def facts(command, token_file):
     return json.loads(lines[-1]), ended - started, (started + ended) / 2
 
 
-def problems(starter, require_shared=False):
+def problems(starter, require_shared=False, gloo=True):
     """(one line per problem on `starter`'s hosts, each naming its host; one line per host it could look at, saying
     what it found)."""
     token_file = os.path.join(os.getcwd(), f".preflight-{uuid.uuid4().hex}")
@@ -67,14 +74,15 @@ def problems(starter, require_shared=False):
         here = facts(lambda argv: argv, token_file)[0]
         hosts = [host for host, _ in starter.hosts]
         with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:  # each host's round trips at once
-            checked = list(pool.map(lambda host: check_host(starter, host, here, token_file, require_shared), hosts))
+            checked = list(pool.map(lambda host: check_host(starter, host, here, token_file, require_shared, gloo),
+                                    hosts))
         found = [f"{host}: {problem}" for host, (there, _) in zip(hosts, checked) for problem in there]
         return found, [f"{host}: {summary}" for host, (_, summary) in zip(hosts, checked) if summary]
     finally:
         os.remove(token_file)
 
 
-def check_host(starter, host, here, token_file, require_shared):
+def check_host(starter, host, here, token_file, require_shared, gloo):
     """(problems on `host`, what it found there in a line, or None if it could not look)."""
     there, seconds, midpoint = facts(lambda argv: starter.command(host, argv), token_file)
     if isinstance(there, str):
@@ -95,6 +103,12 @@ def check_host(starter, host, here, token_file, require_shared):
     elif require_shared and not there["shared"]:
         found.append(f"does not see this working directory {os.getcwd()} (the results are read back from it): "
                      f"run from a file system every host shares")
+    if gloo and len(starter.hosts) > 1 and there["name_address"] and ipaddress.ip_address(
+            there["name_address"]).is_loopback:
+        found.append(f"its host name {there['name']} resolves there to {there['name_address']}, and Horovod's Gloo "
+                     f"binds its process sets' connections to that address whatever the interface "
+                     f"(gloo_context.cc, InitializeForProcessSet): map the name to the machine's address in "
+                     f"/etc/hosts, or run Horovod with MPI=1")
     skew = there["time"] - midpoint
     if abs(skew) > CLOCK_SKEW_SECONDS + seconds / 2:
         found.append(f"its clock is {skew:+.1f} s off this machine's: synchronise the clocks (NTP)")
@@ -123,10 +137,11 @@ def ssh_problem(error):
     return f"unreachable over ssh: {error}"
 
 
-def check(starter, require_shared=False):
-    """Raise UsageError, one line per problem, if `starter` starts tasks on other hosts and they have any."""
+def check(starter, require_shared=False, gloo=True):
+    """Raise UsageError, one line per problem, if `starter` starts tasks on other hosts and they have any; `gloo`:
+    Horovod's ranks will talk over Gloo."""
     if isinstance(starter, OnHosts):
-        found, _ = problems(starter, require_shared)
+        found, _ = problems(starter, require_shared, gloo)
         if found:
             raise harness.UsageError("\n".join(found))
 

@@ -119,6 +119,7 @@ def test_an_unreachable_host_is_one_line_and_exit_2(tmp_path, ssh_config, assert
 
 @pytest.mark.parametrize("flags, named", [
     (["--hosts=127.0.0.1:1", "--", "--config=tiny"], "--hosts: 1 slots for 2 workers"),
+    (["--hosts=localhost:1,198.18.0.2:1", "--", "--config=tiny"], "--hosts: localhost means each host itself"),
     (["--hosts=127.0.0.1:x", "--", "--config=tiny"], "--hosts"),
     (["--hosts=127.0.0.1:2", "--machines=2", "--", "--config=tiny"], "--machines"),
     (["--hosts=127.0.0.1:2", "--ssh_config=/no/such/file", "--", "--config=tiny"], "--ssh_config"),
