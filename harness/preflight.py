@@ -11,6 +11,7 @@ import ipaddress
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -73,6 +74,7 @@ def problems(starter, require_shared=False, gloo=True):
     try:
         here = facts(lambda argv: argv, token_file)[0]
         hosts = [host for host, _ in starter.hosts]
+        gloo = gloo and not all(loopback(host) for host in hosts)  # all on this machine: loopback serves
         with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:  # each host's round trips at once
             checked = list(pool.map(lambda host: check_host(starter, host, here, token_file, require_shared, gloo),
                                     hosts))
@@ -103,8 +105,7 @@ def check_host(starter, host, here, token_file, require_shared, gloo):
     elif require_shared and not there["shared"]:
         found.append(f"does not see this working directory {os.getcwd()} (the results are read back from it): "
                      f"run from a file system every host shares")
-    if gloo and len(starter.hosts) > 1 and there["name_address"] and ipaddress.ip_address(
-            there["name_address"]).is_loopback:
+    if gloo and there["name_address"] and ipaddress.ip_address(there["name_address"]).is_loopback:
         found.append(f"its host name {there['name']} resolves there to {there['name_address']}, and Horovod's Gloo "
                      f"binds its process sets' connections to that address whatever the interface "
                      f"(gloo_context.cc, InitializeForProcessSet): map the name to the machine's address in "
@@ -124,6 +125,13 @@ def check_host(starter, host, here, token_file, require_shared, gloo):
                f"{f', interface {interface[0]} ({interface[1]})' if interface else ''}, clock {skew:+.1f} s "
                f"(+-{seconds / 2:.1f})")
     return found, summary
+
+
+def loopback(host):
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except OSError:
+        return False
 
 
 def ssh_problem(error):
