@@ -30,7 +30,7 @@ SHELL = 'if [ -x "$1" ]; then exec "$@"; else echo "{\\"python\\": false}"; fi'
 
 # Run on a host (argv: repository, working directory, token file): what it has, as one JSON line.
 FACTS = """
-import glob, importlib.util, ipaddress, json, os, socket, subprocess, sys, time
+import glob, importlib.util, json, os, socket, subprocess, sys, time
 repo, workdir, token_file = sys.argv[1:4]
 def own_name():
     try:
