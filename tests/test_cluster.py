@@ -389,13 +389,14 @@ def test_an_sbatch_template_on_two_nodes_matches_the_reference(reference, templa
     assert matches_reference(reference, name)
 
 
-def test_verify_sbatch_on_two_nodes_finds_every_architecture_identical(reference):
-    job = submit("verify.sbatch", reference, "--config=tiny --steps=12 --warmup_steps=2 --runs=reference,tf,horovod,"
-                 "parallax --results_dir=verified")
+def test_verify_sbatch_on_two_nodes_finds_the_hybrid_identical(reference):
+    # parallax alone: a parameter server and Horovod's ranks (each template is the test above)
+    job = submit("verify.sbatch", reference, "--config=tiny --steps=12 --warmup_steps=2 --runs=reference,parallax "
+                 "--results_dir=verified")
     state = wait_for_end(job, 600)
     assert state == ("COMPLETED", "0:0"), open(os.path.join(reference, f"{job}.out")).read()
     record = json.loads(open(os.path.join(reference, "verified", "verify.json")).read())
-    assert [p["verdict"] for p in record["pairs"] if p["a"] == "reference"] == ["identical"] * 3
+    assert [p["verdict"] for p in record["pairs"] if p["a"] == "reference"] == ["identical"]
 
 
 def test_srun_alone_gives_run_tf_its_cluster_from_the_step(reference):
