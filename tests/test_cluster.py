@@ -511,7 +511,8 @@ def test_a_job_requeued_onto_other_nodes_resumes_and_ends_as_the_reference(nodes
 def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_refuses(nodes):
     """make cluster SHARED=0 (run after the tests on the shared cluster): each node a private copy of the
     repository. A run's checkpoints and results, written on node1 by the chief, are copied back; verify, which
-    reads them as they are written, names every node before any run."""
+    reads them as they are written, names every node before any run; a Slurm job requeued onto the other node
+    finds no checkpoint there and says so."""
     assert cluster_module("up", f"--nodes={NODES}", "--noshared").returncode == 0
     work = shared_directory()
     try:
@@ -531,6 +532,17 @@ def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_r
                                 timeout=300)
         assert verify.returncode == 2 and verify.stderr.count("does not see this working directory") == 2, \
             verify.stderr
+        # A job requeued off node1 finds no checkpoint on node2 (its own copy): refused in one line, exit 2.
+        job = submit("run_tf.sbatch", work, "--config=tiny --steps=40 --warmup_steps=5 --log_every=1 "
+                     "--ckpt_dir=requeued --run_name=requeued", "--nodes=1", "--ntasks-per-node=2",
+                     "--nodelist=node1", SAVE_EVERY="10")
+        while job_state(job)[0] == "PENDING":  # once it runs on node1, whatever it wrote there stays there
+            time.sleep(0.2)
+        subprocess.run(["scontrol", "requeue", job], env=SLURM, check=True)
+        subprocess.run(["scontrol", "update", f"jobid={job}", "nodelist=", "excnodelist=node1"], env=SLURM, check=True)
+        assert wait_for_end(job, 300) == ("FAILED", "2:0")
+        log = ssh("node2", f"cat {work}/{job}.out").stdout
+        assert "run_tf.py: error: --resume: no complete checkpoint in requeued" in log and "Traceback" not in log
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
