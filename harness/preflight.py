@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 
 import harness
 from harness import REPO, flags
@@ -28,10 +27,10 @@ CLOCK_SKEW_SECONDS = 2  # beyond it logs and checkpoints disagree on when, and m
 # Run on a host by its shell, with this machine's interpreter path: that interpreter's absence is the first fact.
 SHELL = 'if [ -x "$1" ]; then exec "$@"; else echo "{\\"python\\": false}"; fi'
 
-# Run on a host (argv: repository, working directory, token file): what it has, as one JSON line.
+# Run on a host (argv: repository, working directory): what it has, as one JSON line.
 FACTS = """
 import glob, importlib.util, json, os, socket, subprocess, sys, time
-repo, workdir, token_file = sys.argv[1:4]
+repo, workdir = sys.argv[1:3]
 def own_name():
     try:
         return socket.gethostbyname(socket.gethostname())
@@ -47,17 +46,16 @@ spec = importlib.util.find_spec("horovod")
 horovod = bool(spec and glob.glob(os.path.join(os.path.dirname(spec.origin), "tensorflow", "mpi_lib*.so")))
 print(json.dumps({"python": True, "time": time.time(), "repo": os.path.isdir(repo), "commit": commit(),
                   "name": socket.gethostname(), "name_address": own_name(),
-                  "horovod": horovod, "workdir": os.path.isdir(workdir),
-                  "shared": os.path.exists(token_file) and open(token_file).read() == os.path.basename(token_file)}))
+                  "horovod": horovod, "workdir": os.path.isdir(workdir)}))
 """
 
 
-def facts(command, token_file):
+def facts(command):
     """(what `command` ([argv] -> its command line) finds where it runs, as a dict, or the error's last line; the
     seconds the call took; the time here halfway through)."""
     started = time.time()
-    result = subprocess.run(command(["sh", "-c", SHELL, "sh", sys.executable, "-c", FACTS, REPO, os.getcwd(),
-                                     token_file]), stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    result = subprocess.run(command(["sh", "-c", SHELL, "sh", sys.executable, "-c", FACTS, REPO, os.getcwd()]),
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True)
     ended = time.time()
     lines = result.stdout.strip().splitlines()
     if result.returncode or not lines:
@@ -68,25 +66,18 @@ def facts(command, token_file):
 def problems(starter, require_shared=False, gloo=True):
     """(one line per problem on `starter`'s hosts, each naming its host; one line per host it could look at, saying
     what it found)."""
-    token_file = os.path.join(os.getcwd(), f".preflight-{uuid.uuid4().hex}")
-    with open(token_file, "w") as f:
-        f.write(os.path.basename(token_file))
-    try:
-        here = facts(lambda argv: argv, token_file)[0]
-        hosts = [host for host, _ in starter.hosts]
-        gloo = gloo and not all(loopback(host) for host in hosts)  # all on this machine: loopback serves
-        with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:  # each host's round trips at once
-            checked = list(pool.map(lambda host: check_host(starter, host, here, token_file, require_shared, gloo),
-                                    hosts))
-        found = [f"{host}: {problem}" for host, (there, _) in zip(hosts, checked) for problem in there]
-        return found, [f"{host}: {summary}" for host, (_, summary) in zip(hosts, checked) if summary]
-    finally:
-        os.remove(token_file)
+    here = facts(lambda argv: argv)[0]
+    hosts = [host for host, _ in starter.hosts]
+    gloo = gloo and not all(loopback(host) for host in hosts)  # all on this machine: loopback serves
+    with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:  # each host's round trips at once
+        checked = list(pool.map(lambda host: check_host(starter, host, here, require_shared, gloo), hosts))
+    found = [f"{host}: {problem}" for host, (there, _) in zip(hosts, checked) for problem in there]
+    return found, [f"{host}: {summary}" for host, (_, summary) in zip(hosts, checked) if summary]
 
 
-def check_host(starter, host, here, token_file, require_shared, gloo):
+def check_host(starter, host, here, require_shared, gloo):
     """(problems on `host`, what it found there in a line, or None if it could not look)."""
-    there, seconds, midpoint = facts(lambda argv: starter.command(host, argv), token_file)
+    there, seconds, midpoint = facts(lambda argv: starter.command(host, argv))
     if isinstance(there, str):
         return [ssh_problem(there)], None
     if not there["python"]:
@@ -100,9 +91,10 @@ def check_host(starter, host, here, token_file, require_shared, gloo):
                      f"{(here['commit'] or 'unknown')[:12]}: check out the same on every host")
     if not there["horovod"]:
         found.append("no Horovod build in .venv: make setup there")
+    shared = there["workdir"] and starter.shares_workdir(host)  # by the ports probe's token file
     if not there["workdir"]:
         found.append(f"no working directory {os.getcwd()}: create it, or run from one every host has")
-    elif require_shared and not there["shared"]:
+    elif require_shared and not shared:
         found.append(f"does not see this working directory {os.getcwd()} (the results are read back from it): "
                      f"run from a file system every host shares")
     if gloo and there["name_address"] and ipaddress.ip_address(there["name_address"]).is_loopback:
@@ -121,7 +113,7 @@ def check_host(starter, host, here, token_file, require_shared, gloo):
         if not starter.free_ports(host, 1):
             found.append("no free port below its ephemeral range")
     summary = (f"commit {(there['commit'] or 'unknown')[:12]}, Horovod {'built' if there['horovod'] else 'missing'}, "
-               f"workdir {'shared' if there['shared'] else 'private' if there['workdir'] else 'missing'}"
+               f"workdir {'shared' if shared else 'private' if there['workdir'] else 'missing'}"
                f"{f', interface {interface[0]} ({interface[1]})' if interface else ''}, clock {skew:+.1f} s "
                f"(+-{seconds / 2:.1f})")
     return found, summary
