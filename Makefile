@@ -70,6 +70,8 @@ VERIFY_STEPS := $(if $(filter command line environment,$(origin STEPS)),$(STEPS)
 given = $(if $(filter command line environment,$(origin $(1))),$(2))
 
 SHELL  := /bin/bash
+# PYTHON=python3.10 make setup: the Python the venv is made from (scripts/find_python.sh); then the venv's.
+SETUP_PYTHON := $(if $(filter environment,$(origin PYTHON)),$(PYTHON))
 PYTHON := .venv/bin/python
 RESULTS_DIR = $(RESULTS)/$(basename $(notdir $(MODEL)))
 RUN_FLAGS = --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --results_dir=$(RESULTS_DIR) \
@@ -83,7 +85,7 @@ RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh
-	bash scripts/setup.sh
+	PYTHON=$(SETUP_PYTHON) bash scripts/setup.sh
 	touch $@
 
 # -rs: why each test skipped; the ten slowest; TESTS_AT_ONCE groups of tests at a time (tests/conftest.py)
@@ -94,7 +96,9 @@ test: setup
 data:
 	$(or $(wildcard $(PYTHON)),python3) scripts/get_data.py --out_dir=data/ptb $(if $(PTB_URL),--url=$(PTB_URL))
 
+# One process on this machine: the variables of distributed runs are refused rather than ignored.
 run: setup
+	$(if $(HOSTS)$(NET)$(call given,PS,1),$(error HOSTS=, NET=, PS=: make run trains on one device here (run.py)))
 	$(PYTHON) run.py $(RUN_FLAGS) --emulate_workers=$(WORKERS) $(call ckpt_dir,run) $(RESUME_FLAGS) $(ARGS)
 
 # HOSTS=h1:2,h2:2 starts the tasks on those hosts over ssh: the workers fill the slots in order, the
@@ -119,8 +123,8 @@ run-parallax: setup
 # 5 minutes for the small config on 2 cores.
 verify: setup
 	$(PYTHON) verify.py $(subst --steps=$(STEPS),--steps=$(VERIFY_STEPS),$(RUN_FLAGS)) --workers=$(WORKERS) \
-	    --ps=$(PS) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) \
-	    $(if $(filter 1,$(FAULTS)),--faults) $(ARGS)
+	    --ps=$(PS) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(NET),--net=$(NET)) $(if $(DELAY),--delay=$(DELAY)) \
+	    $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(if $(filter 1,$(FAULTS)),--faults) $(ARGS)
 
 # The architectures on an emulated cluster (bench/run.py): NET (default 100mbit; NET=1gbit,10gbit sweeps each)
 # per machine link, one worker and one parameter server per machine; RESULTS/MODEL/bench.jsonl and a table per config

@@ -36,6 +36,10 @@ def parse_flags(argv=None):
     flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: the distributed runs on these hosts over "
                         "ssh (python -m harness.launch --help)", parser)
     flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts", flag_values=parser)
+    flags.DEFINE_string("net", None, "RATE: the distributed runs on an emulated cluster, every machine a network "
+                        "namespace, its link shaped to RATE (python -m harness.launch --help)", flag_values=parser)
+    flags.DEFINE_string("delay", None, "with --net: added latency per link direction (harness.launch --delay)",
+                        flag_values=parser)
     flags.DEFINE_boolean("slurm", False, "the distributed runs as Slurm job steps in the allocation this runs in "
                          "(slurm/verify.sbatch; python -m harness.launch --help)", flag_values=parser)
     flags.DEFINE_string("docker", None, "IMAGE: every task of every run, the reference's too, in a container of its "
@@ -123,8 +127,9 @@ def command(args, name, resume=False):
     ssh_config = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []
     slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
     containers = [f"--docker={args.docker}"] if args.docker else []
+    net = [f"--{name}={getattr(args, name)}" for name in ("net", "delay") if getattr(args, name)]
     return [sys.executable, "-m", "harness.launch", run.architecture, f"--workers={args.workers}",
-            f"--ps={args.ps}", *hosts, *ssh_config, *slurm, *containers, *fault, "--", *shared]
+            f"--ps={args.ps}", *hosts, *ssh_config, *slurm, *containers, *net, *fault, "--", *shared]
 
 
 def check_run_flags(args, name):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import (bit_identical, missing, checkpoint_tensors, is_task, kill_a_task_mid_run, launch, launch_and_wait,
-                      launcher_usage_error, long_run, no_process_left, train_reference)
+                      launcher_usage_error, long_run, no_process_left, run_script)
 from harness import events
 from harness.starters import netns
 
@@ -119,29 +119,27 @@ def test_a_delay_is_refused_where_the_kernel_has_no_netem(tmp_path, assert_usage
 
 @pytest.fixture(scope="module")
 def shaped_runs(tmp_path_factory, namespaces):
-    """Every runner at W = 2 with its tasks on two machines joined by 100 Mbit/s links (a worker and a
-    parameter server on each), and the reference."""
+    """make verify NET=100mbit PS=2: every synchronous run at W = 2 with its tasks on two machines joined by
+    100 Mbit/s links (a worker and a parameter server on each), and the reference."""
     work = tmp_path_factory.mktemp("netns")
-    train_reference(TINY[:3], 2, "ckpt/reference", work)  # the flags that set the checkpoint
-    for name, architecture, extra in [("tf", "tf", []), ("horovod", "horovod", []),
-                                      ("horovod_dense", "horovod", ["--sparse_as_dense"]),
-                                      ("parallax", "parallax", []),
-                                      ("parallax_local", "parallax", ["--local_aggregation"])]:
-        launch_and_wait(architecture, "--workers=2", "--ps=2", "--net=100mbit", "--", *TINY, *extra,
-                        f"--run_name={name}", f"--ckpt_dir=ckpt/{name}", cwd=work)
+    result = run_script("verify.py", *TINY, "--ps=2", "--net=100mbit",
+                        "--runs=reference,tf,horovod,horovod-dense,parallax,parallax-local", cwd=work, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return work
 
 
-@pytest.mark.parametrize("name", ["tf", "horovod", "horovod_dense", "parallax", "parallax_local"])
+@pytest.mark.parametrize("name", ["tf", "horovod", "horovod-dense", "parallax", "parallax-local"])
 def test_every_runner_on_two_shaped_machines_matches_the_reference_bit_for_bit(shaped_runs, name):
-    reference, trained = (checkpoint_tensors(shaped_runs / f"ckpt/{run}") for run in ("reference", name))
-    assert sorted(trained) == sorted(reference)
-    assert [n for n in reference if not bit_identical(reference[n], trained[n])] == []
+    verdict = json.loads((shaped_runs / "results/verify.json").read_text())
+    (pair,) = [p for p in verdict["pairs"] if (p["a"], p["b"]) == ("reference", name)]
+    assert pair["identical"] and pair["differing_variables"] == [], pair
+    (run,) = [r for r in verdict["runs"] if r["name"] == name]
+    assert "--net=100mbit" in run["command"]
 
 
 @pytest.mark.parametrize("name", ["tf", "horovod", "parallax"])
 def test_each_machine_s_bytes_are_counted_over_the_measured_steps(shaped_runs, name):
-    counted = json.loads((shaped_runs / f"results/{name}.network.json").read_text())
+    counted = json.loads((shaped_runs / f"results/verify-{name}.network.json").read_text())
     assert (counted["from_step"], counted["to_step"], counted["steps"]) == (5, 20, 15)
     assert counted["bits_per_second"] == 100_000_000
     servers = [[], []] if name == "horovod" else [["ps0"], ["ps1"]]  # Horovod has no parameter servers

@@ -180,3 +180,12 @@ def test_training_on_a_text(tmp_path):
                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "results/run.json").read_text())["data"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("variable", ["HOSTS=node1:1", "NET=100mbit", "PS=2"])
+def test_make_run_refuses_what_only_distributed_runs_use(tmp_path, variable):
+    """make run is run.py on this machine: HOSTS, NET and PS are refused in one line, not ignored."""
+    result = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "run", variable], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "make run trains on one device here" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

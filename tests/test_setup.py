@@ -34,3 +34,11 @@ def test_an_unsupported_python_given_is_refused(stand_ins, assert_usage_error):
     (stand_ins / "python3.11").symlink_to(sys.executable)
     assert_usage_error(find(stand_ins, PYTHON="python3"), "PYTHON=python3", "3.12.3")
     assert find(stand_ins, PYTHON="python3.11").stdout.strip() == "python3.11"
+
+
+def test_make_setup_makes_the_venv_from_the_python_given(stand_ins):
+    """PYTHON=python3.12 make setup reaches scripts/find_python.sh (the Makefile's own PYTHON is the venv's)."""
+    repo = os.path.dirname(os.path.dirname(FIND))
+    result = subprocess.run(["make", "-s", "-B", "-C", repo, "setup"], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{stand_ins}:{os.environ['PATH']}", "PYTHON": "python3"})
+    assert result.returncode == 2 and "setup: PYTHON=python3 is Python 3.12.3" in result.stderr, result.stderr

@@ -89,6 +89,7 @@ def test_negative_controls_are_caught_and_reported_by_variable(tmp_path, control
     (["--atol=inf"], "--atol=inf"),
     (["--rtol=-1"], "--rtol=-1"),
     (["--hosts=h:x"], "--hosts=h:x"),
+    (["--net=fast"], "run tf: --net=fast"),
     (["--workers=3"], "3 workers do not divide the global batch of 4 rows"),
     (["--runner_args=horovod=--no_such_flag"], "run horovod: --no_such_flag: no such flag"),
     (["--runner_args=tf=--sync=maybe"], "run tf: --sync=maybe"),
