@@ -11,6 +11,8 @@
 #               runs; make cluster-down
 # make check    HOSTS=h1:1,h2:1: what would stop a run on each host, one line per problem
 # make report   report/report.pdf from what make verify and make bench left in RESULTS
+# make submission  what a student hands in: verify, bench, report and a manifest in submission/; make grade
+#               SUBMISSION=submission: the TA's reproduction of it (docs/submission.md)
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
 #   MODEL     the model: lstm (default), transformer, or a path to your model file (docs/your-model.md)
@@ -80,8 +82,8 @@ RUN_FLAGS = --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --results_dir=$(
 ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume)
 
-.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead soak cluster cluster-down check \
-        report clean
+.PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead soak cluster cluster-down \
+        check report submission submission-report grade clean
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh
@@ -174,6 +176,25 @@ check: setup
 # as missing in the report). Writes REPORT/report.pdf, its Typst source (report.typ, data.json) and figures.
 report: setup
 	$(PYTHON) -m reporting --results_dir=$(RESULTS) --out_dir=$(REPORT)
+
+# What a student hands in (assignment/submit.py; docs/submission.md): verify, the bench in the assignment's window
+# (50 warm-up steps of 150; STEPS= and WARMUP= set both runs' steps and the bench's warm-up), the report with
+# SUBMISSION/student.md first, and a manifest tying them to the code. Commit SUBMISSION/.
+SUBMISSION ?= submission
+submission: setup
+	$(PYTHON) -m assignment.submit --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --workers=$(WORKERS) --ps=$(PS) \
+	    --seed=$(SEED) $(if $(DATA),--data_path=$(DATA)) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(NET),--net=$(NET)) \
+	    $(call given,STEPS,--verify_steps=$(STEPS) --bench_steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
+	    --out=$(SUBMISSION) $(ARGS)
+
+# After editing SUBMISSION/student.md: the report typeset again, with the settings the manifest records.
+submission-report: setup
+	$(PYTHON) -m assignment.submit --report_only --out=$(SUBMISSION) $(ARGS)
+
+# The TA's side (assignment/grade.py): the manifest against this tree, verify rerun here (BENCH=1: a short bench
+# too), the rubric item by item. Exit 0 when everything reproduces, 1 naming what does not.
+grade: setup
+	$(PYTHON) -m assignment.grade --submission=$(SUBMISSION) $(if $(filter 1,$(BENCH)),--bench) $(ARGS)
 
 clean:
 	rm -rf checkpoints $(RESULTS) $(REPORT)

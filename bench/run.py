@@ -284,7 +284,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": models.units_per_step(models.load(args.model), run_config(args, num_workers)),
-              "workers": num_workers, "ps": num_ps,
+              "workers": num_workers, "ps": num_ps, "steps": args.steps, "warmup_steps": args.warmup_steps,
               "partitions": partitions, "machines": machines, "link": str(args.net),
               "bits_per_second": args.net.bits_per_second, "repeat": repeat,
               "one_device_words_per_sec": one_device_throughput["median"], "unit": one_device_throughput["unit"],

@@ -326,7 +326,21 @@ def run_job(args, starter):
     if counter and status == 0:
         results.write_json(results.network_path(runner_args.results_dir, runner_args.run_name),
                            counter.result(tasks))
+    if status == 0:
+        results.write_json(results.hosts_path(runner_args.results_dir, runner_args.run_name),
+                           {"run": runner_args.run_name, "hosts": hosts_of(starter, worker_hosts,
+                                                                   [] if args.architecture == "horovod" else ps_hosts)},
+                           "hosts")
     return status
+
+
+def hosts_of(starter, worker_hosts, ps_hosts):
+    """Every host that ran a task: its tasks and its environment (the manifest's "every host")."""
+    names = {}
+    for kind, hosts in (("worker", worker_hosts), ("ps", ps_hosts)):
+        for i, host in enumerate(hosts):
+            names.setdefault(host, []).append(f"{kind}{i}")
+    return [{"host": host, "tasks": tasks, "environment": starter.environment(host)} for host, tasks in names.items()]
 
 
 if __name__ == "__main__":

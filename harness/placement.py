@@ -64,6 +64,28 @@ def print_placement(runner, params, kinds):
                   f"{size:>11,d} bytes  {part.device}", flush=True)
 
 
+GATHERS = {"ResourceGather", "GatherV2", "Gather"}
+PASS_THROUGH = {"ReadVariableOp", "Identity", "VarHandleOp", "VariableV2", "Enter", "Switch", "Merge"}
+
+
+def looked_up(variable):
+    """Whether `variable` (any part of it) is read by rows in its graph: a gather of it, or of a read of it."""
+    frontier = [part.handle if hasattr(part, "handle") else part._ref() if hasattr(part, "_ref") else part
+                for part in tf.nest.flatten(variable)]
+    seen = set()
+    while frontier:
+        tensor = frontier.pop()
+        for consumer in tensor.consumers():
+            if consumer.type in GATHERS and consumer.inputs[0] is tensor:
+                return True
+            if consumer.type in PASS_THROUGH and consumer.name not in seen:
+                seen.add(consumer.name)
+                frontier.extend(consumer.outputs)
+    return False
+
+
 def describe(params, kinds):
-    """{variable: {"shape", "kind"}}: what a run's summary records of the variables (the report's figure reads it)."""
-    return {name: {"shape": list(spec.shape), "kind": kinds[name]} for name, spec in params.specs.items()}
+    """{variable: {"shape", "kind", "looked_up"}}: what a run's summary records of the variables (the report reads
+    it); a dense variable looked up by rows is one also read whole, such as a tied embedding."""
+    return {name: {"shape": list(spec.shape), "kind": kinds[name], "looked_up": looked_up(params.variables[name])}
+            for name, spec in params.specs.items()}

@@ -25,12 +25,17 @@ def network_path(results_dir, run_name):
     return os.path.join(results_dir, run_name + ".network.json")
 
 
+def hosts_path(results_dir, run_name):
+    return os.path.join(results_dir, run_name + ".hosts.json")
+
+
 # The fields the report and bench read, by kind, as {path: [field]}; "runs[].throughput": that of every run.
 THROUGHPUT = ["median", "p16", "p84", "mean", "median_step_seconds", "measured_steps"]
 FIELDS = {
     "summary": {"": ["runner", "config", "steps", "final_loss", "throughput", "checkpoint"], "config": ["name"],
                 "throughput": THROUGHPUT},
     "step": {"": ["step", "loss"]},
+    "hosts": {"": ["run", "hosts"], "hosts[]": ["host", "tasks", "environment"]},
     "verify": {
         "": ["config", "match", "runs", "pairs", "passed"],
         "config": ["config", "steps", "seed", "workers", "ps", "data", "rtol", "atol"],

@@ -44,18 +44,22 @@ def architectures(s, workers, ps, rows_per_step, path):
 
     panel = panels[0]
     _tasks(panel, workers, ps, worker_holds="no variables", ps_holds="all variables", colour=palette.colour("tf"))
-    _link(panel, f"up: dense grads {dense}\n+ {sparse} grads: {rows}\ndown: dense vars {dense} + rows")
+    _link(panel, f"up: dense grads {dense}\n+ {sparse} grads: {rows}\ndown: dense vars {dense} + rows" if sparse
+          else f"up: grads {dense}\ndown: vars {dense}")
     panel.set_title("parameter servers\n(run_tf.py, sync and async)")
 
     panel = panels[1]
     _tasks(panel, workers, 0, worker_holds="all variables", ps_holds=None, colour=palette.colour("horovod"))
     _ring(panel, f"ring allreduce, per worker:\ndense {ring} out and in\n{sparse}: allgather of rows\n"
-                 f"(sparse_as_dense: {blocks.byte_count(2 * (workers - 1) / workers * s.sparse_bytes)})")
+                 f"(sparse_as_dense: {blocks.byte_count(2 * (workers - 1) / workers * s.sparse_bytes)})" if sparse
+          else f"ring allreduce, per worker:\n{ring} out and in\n(no sparse gradient)")
     panel.set_title("allreduce\n(run_horovod.py)")
 
     panel = panels[2]
-    _tasks(panel, workers, ps, worker_holds="dense variables", ps_holds=sparse, colour=palette.colour("parallax"))
-    _link(panel, f"up: {sparse} grads: {rows}\ndown: looked-up rows")
+    _tasks(panel, workers, ps, worker_holds="dense variables" if sparse else "all variables",
+           ps_holds=sparse or "nothing", colour=palette.colour("parallax"))
+    if sparse:
+        _link(panel, f"up: {sparse} grads: {rows}\ndown: looked-up rows")
     _ring(panel, f"dense: ring allreduce\n{ring} per worker")
     panel.set_title("hybrid\n(run_parallax.py)")
     figure.suptitle(f"{s.config} config, {workers} workers, {ps} PS: where the variables live, what one step moves",

@@ -1,7 +1,8 @@
-"""Sections 1-3: the model and its configs, the environment of the measured runs, the architectures."""
+"""Sections 1-3: the model and its configs, the environment of the measured runs, the architectures; and, for a
+report of several models, the comparison across them that comes first."""
 import statistics
 
-from reporting import blocks, diagram
+from reporting import analysis, blocks, diagram
 
 NOT_RECORDED = "not recorded"
 
@@ -34,6 +35,36 @@ def model_section(results):
         if configs else blocks.missing("no run summaries in the results: make verify"),
         blocks.paragraph(f"Configs benchmarked but not in any run summary: {', '.join(bench_only)}.")
         if bench_only else None)
+
+
+def comparison_section(found):
+    """Several models side by side ([(model, Results)]): each one's variables, verify's verdict and, in its bench,
+    the three architectures' throughput at the most workers measured, fastest first."""
+    rows = []
+    for model, results in found:
+        reference = results.verify_run("reference")
+        summary = reference.summary if reference else next((run.summary for run in results.runs.values()), None)
+        sizes = diagram.sizes(summary) if summary else None
+        verify = results.verify
+        measured = [row for row in analysis.combine_repeats(results.bench or [])
+                    if row.name in ("tf", "horovod", "parallax") and row.median]
+        most = max((row.workers for row in measured), default=None)
+        at_most = sorted((row for row in measured if row.workers == most), key=lambda row: -row.median)
+        rows.append([model, summary["config"]["name"] if summary else "-",
+                     f"{blocks.byte_count(sizes.dense_bytes)} / {blocks.byte_count(sizes.sparse_bytes)}" if sizes
+                     else "-",
+                     ("PASSED" if verify["passed"] else "FAILED") + f", W = {verify['config']['workers']}" if verify
+                     else "not run",
+                     f"W = {most}: " + ", ".join(f"{row.name} {blocks.rate(row.median)}" for row in at_most)
+                     if at_most else "not run"])
+    return blocks.section(
+        "The models compared",
+        blocks.paragraph("Each model's own sections follow, titled by its name. Here, side by side: the bytes of "
+                         "its dense and its sparse variables (what the architectures move differently), make "
+                         "verify's verdict, and the bench's median throughput of each architecture at the most "
+                         "workers it measured, fastest first, in the model's own unit."),
+        blocks.table(["model", "config", "dense / sparse variables", "verify", "bench"], rows,
+                     "The models of this report."))
 
 
 def environment_section(results):
@@ -95,27 +126,41 @@ def _links(results, run_names):
     return "; ".join(described)
 
 
-ARCHITECTURES = [
-    ("Parameter servers, synchronous (run_tf.py).",
-     "Every worker builds the same graph; the variables live on the parameter servers, greedy by size, the "
-     "embedding optionally in parts. In step t each worker puts its gradient, tagged t, into a queue of its own on "
-     "each parameter server; the chief takes exactly one from each worker in worker order, averages, applies the "
-     "update and releases every worker for step t+1. One gradient per worker per step, none stale, summed in "
-     "worker order: the reference's bits for any number of workers."),
-    ("Parameter servers, asynchronous (run_tf.py --sync=false).",
-     "Every worker applies its own gradient (of its share of the batch) to whatever the variables hold when it "
-     "arrives. No worker waits, and the updates are stale: between a worker's read and its write, others update."),
-    ("Allreduce (run_horovod.py).",
-     "Every worker holds every variable. Dense gradients are averaged by Horovod's ring allreduce; the embedding's "
-     "sparse gradient is allgathered (rows and indices), or with --sparse_as_dense summed into a dense tensor and "
-     "allreduced. With two workers every sum is one commutative addition; with more, the ring adds in its own "
-     "order."),
-    ("Hybrid (run_parallax.py, Parallax's architecture).",
-     "The kind of each variable's gradient decides where it lives: sparse ones (the embedding) on the parameter "
-     "servers, aggregated there as in run_tf.py; dense ones replicated on the workers and allreduced as in "
-     "run_horovod.py. With --local_aggregation the workers of one machine sum their sparse gradients first and "
-     "send one per machine."),
-]
+def architecture_paragraphs(sizes, tied=()):
+    """(title, text) of each architecture, saying what moves for this model's variables: its sparse ones by name,
+    none where it has none; `tied`: variables looked up by rows but also read whole, so with dense gradients."""
+    sparse = " and ".join(sizes.sparse_names) if sizes and sizes.sparse_names else None
+    whole = (f" ({' and '.join(tied)}: looked up by rows, but also read whole, as a tied output layer reads it, so "
+             f"{'its' if len(tied) == 1 else 'their'} gradient is dense)" if tied else "")
+    ring = ("With two workers every sum is one commutative addition; with more, the ring adds in its own order.")
+    if sparse:
+        allreduce = (f"Every worker holds every variable. Dense gradients are averaged by Horovod's ring allreduce; "
+                     f"the sparse gradient of {sparse} is allgathered (rows and indices), or with --sparse_as_dense "
+                     f"summed into a dense tensor and allreduced{whole}. {ring}")
+        hybrid = (f"The kind of each variable's gradient decides where it lives: the sparse ones ({sparse}) on the "
+                  f"parameter servers, aggregated there as in run_tf.py; the dense ones replicated on the workers "
+                  f"and allreduced as in run_horovod.py{whole}. With --local_aggregation the workers of one machine "
+                  f"sum their sparse gradients first and send one per machine.")
+    else:
+        allreduce = (f"Every worker holds every variable, and every gradient of this model is dense{whole}: all are "
+                     f"averaged by Horovod's ring allreduce, and --sparse_as_dense changes nothing. {ring}")
+        hybrid = (f"The kind of each variable's gradient decides where it lives, and this model has no sparse "
+                  f"gradient{whole}: every variable is replicated on the workers and allreduced, as in "
+                  f"run_horovod.py, and the parameter servers hold nothing; --local_aggregation has nothing to sum.")
+    return [
+        ("Parameter servers, synchronous (run_tf.py).",
+         f"Every worker builds the same graph; the variables live on the parameter servers, greedy by size"
+         f"{f', {sparse} optionally in parts' if sparse else ''}. In step t each worker puts its gradient, tagged t, "
+         f"into a queue of its own on each parameter server; the chief takes exactly one from each worker in "
+         f"worker order, averages, applies the update and releases every worker for step t+1. One gradient per "
+         f"worker per step, none stale, summed in worker order: the reference's bits for any number of workers."),
+        ("Parameter servers, asynchronous (run_tf.py --sync=false).",
+         "Every worker applies its own gradient (of its share of the batch) to whatever the variables hold when it "
+         "arrives. No worker waits, and the updates are stale: between a worker's read and its write, others "
+         "update."),
+        ("Allreduce (run_horovod.py).", allreduce),
+        ("Hybrid (run_parallax.py, Parallax's architecture).", hybrid),
+    ]
 
 
 def architecture_section(results, figure_path):
@@ -124,7 +169,9 @@ def architecture_section(results, figure_path):
     reference = results.verify_run("reference")
     summary = reference.summary if reference else next((run.summary for run in results.runs.values()), None)
     sizes = diagram.sizes(summary) if summary else None
-    parts = [blocks.paragraph(text, lead=title) for title, text in ARCHITECTURES]
+    tied = [name for name, v in (summary or {}).get("variables", {}).items() if v["kind"] == "dense"
+            and v.get("looked_up")]
+    parts = [blocks.paragraph(text, lead=title) for title, text in architecture_paragraphs(sizes, tied)]
     if sizes is None:
         parts.append(blocks.missing("no figure of the architectures: no run summary records its variables"))
         return blocks.section("How each architecture synchronises", *parts)
@@ -140,6 +187,7 @@ def architecture_section(results, figure_path):
     parts.append(blocks.figure(
         figure_path, f"Where the variables of the {sizes.config} config live and what one step moves, with "
         f"{workers} workers and {ps} PS as in the verify runs: dense variables {blocks.byte_count(sizes.dense_bytes)}, "
-        f"sparse ({', '.join(sizes.sparse_names) or 'none'}) {blocks.byte_count(sizes.sparse_bytes)} "
-        f"({blocks.byte_count(sizes.row_bytes)} a row); {rows_note}. Sizes from the variables the summaries record."))
+        + (f"sparse ({', '.join(sizes.sparse_names)}) {blocks.byte_count(sizes.sparse_bytes)} "
+           f"({blocks.byte_count(sizes.row_bytes)} a row); {rows_note}" if sizes.sparse_names
+           else "no sparse variable") + ". Sizes from the variables the summaries record."))
     return blocks.section("How each architecture synchronises", *parts)

@@ -111,6 +111,19 @@ def verify_run():
     return work, subprocess.CompletedProcess([], returncode, stdout, stderr)
 
 
+@pytest.fixture(scope="session")
+def measured_costs():
+    """The results directory of one `python -m bench.costs --quick`: this machine's protocol costs, which a bench
+    run given them (its results directory's bench-costs.json) reuses."""
+    if os.geteuid() != 0:
+        pytest.skip("bench.costs' emulated cluster needs root")
+
+    def measure(work):
+        result = run_module("bench.costs", "--quick", cwd=work, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+    return made_once("costs", measure) / "results"
+
+
 def copy_verified(verified, work, names):
     """Copy the session's verify runs into `work` as the module's own: {name here: verify's run} of checkpoints
     (ckpt/<name>) and results (results/<name>.json, .jsonl)."""

@@ -340,17 +340,6 @@ def test_a_transport_of_its_own_within_a_machine_prices_the_flows_there():
     assert network_seconds(flows, one_machine, 100.0, local) == 2 * 24 / 10.0 + 2 * 0.5
 
 
-@pytest.fixture(scope="module")
-def measured_costs(tmp_path_factory):
-    """The results directory of one `python -m bench.costs --quick`: this machine's protocol costs."""
-    if os.geteuid() != 0:
-        pytest.skip("bench.costs' emulated cluster needs root")
-    work = tmp_path_factory.mktemp("costs")
-    result = run_module("bench.costs", "--quick", cwd=work, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return work / "results"
-
-
 def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs):
     """bench.costs on small sizes: gRPC, Gloo and MPI (over TCP, and through shared memory) between two ranks,
     each a rate in bytes per second and a fixed cost in seconds; the rows' CPU time in seconds per byte; kept

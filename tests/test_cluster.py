@@ -150,6 +150,10 @@ def test_verify_across_two_nodes_finds_every_architecture_identical(nodes, share
     assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr
     record = json.loads(open(os.path.join(shared_work, "results", "verify.json")).read())
     assert [p["verdict"] for p in record["pairs"] if p["a"] == "reference"] == ["identical"] * 3
+    for run, tasks in [("tf", [["worker0", "ps0"], ["worker1"]]), ("horovod", [["worker0"], ["worker1"]])]:
+        hosts = json.loads(open(os.path.join(shared_work, "results", f"verify-{run}.hosts.json")).read())["hosts"]
+        assert [(h["host"], h["tasks"], h["environment"]["hostname"]) for h in hosts] == [
+            ("node1", tasks[0], "node1"), ("node2", tasks[1], "node2")]  # each node's own, by a probe there
 
 
 def test_mpirun_across_nodes_keeps_off_an_interface_every_node_has(reference):
@@ -387,6 +391,8 @@ def test_an_sbatch_template_on_two_nodes_matches_the_reference(reference, templa
     assert state == ("COMPLETED", "0:0"), output
     assert "step 20/20" in output
     assert matches_reference(reference, name)
+    hosts = json.loads(open(os.path.join(reference, "results", f"{name}.hosts.json")).read())["hosts"]
+    assert [h["environment"]["hostname"] for h in hosts] == ["node1", "node2"]
 
 
 def test_verify_sbatch_on_two_nodes_finds_the_hybrid_identical(reference):

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from conftest import (bit_identical, missing, checkpoint_tensors, is_task, kill_a_task_mid_run, launch, launch_and_wait,
-                      launcher_usage_error, long_run, no_process_left, run_script)
+from conftest import (missing, is_task, kill_a_task_mid_run, launch, launcher_usage_error, long_run, no_process_left,
+                      run_script)
 from harness import events
 from harness.starters import netns
 

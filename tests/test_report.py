@@ -286,3 +286,25 @@ def test_a_run_has_one_colour_under_all_its_names():
     assert palette.colour("run_parallax") == palette.colour("verify-parallax") == experiments.RUNS["parallax"].colour
     assert len({palette.colour(name) for name in experiments.RUNS}) == len(experiments.RUNS)
     assert palette.colour("lm1b-thing") in palette.SPARE  # a run the registry does not know: a spare colour
+
+def test_several_models_read_as_one_document_each_described_as_it_is(verified, tmp_path):
+    """Two models: a title and a comparison across them first; a model whose every gradient is dense (its
+    embedding tied: looked up, and read whole) is described so, with no sparse gradient to allgather."""
+    results = tmp_path / "results"
+    shutil.copytree(verified, results / "lstm")
+    shutil.copytree(verified, results / "gru")
+    for path in (results / "gru").glob("verify-*.json"):
+        record = json.loads(path.read_text())
+        for variable in record.get("variables", {}).values():
+            variable["kind"] = "dense"
+        path.write_text(json.dumps(record))
+    result = make_report(results, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(pdf_text(tmp_path / "out/report.pdf").split())
+    assert text.startswith("2 models, four ways to train each") and "1. The models compared" in text
+    assert "gru tiny" in text and "lstm tiny" in text and "PASSED, W = 2" in text
+    dense = text[text.index("gru: How each architecture"):]
+    sparse = text[text.index("lstm: How each architecture"):]
+    assert ("every gradient of this model is dense (embedding: looked up by rows, but also read whole" in dense
+            and "no sparse variable" in dense and "the sparse gradient of" not in dense[:3000])
+    assert "the sparse gradient of embedding is allgathered" in sparse

@@ -4,6 +4,7 @@ docs/architecture.md ("Containers") says how and why. `python -m harness.starter
 import atexit
 import dataclasses
 import ipaddress
+import json
 import os
 import random
 import signal
@@ -13,7 +14,7 @@ import threading
 import uuid
 
 import harness
-from harness import REPO, tasks
+from harness import REPO, environment, tasks
 from harness.starters.local import LocalProcess
 from harness.starters.remote import heartbeat
 
@@ -125,6 +126,12 @@ class Docker(LocalProcess):
         if self.network:
             _docker("network", "rm", self.network)
             self.network = None
+
+    def environment(self, host):
+        """environment.host() in a container of the image: this machine's hardware, the image's software."""
+        probe = _docker("run", "--rm", "--network=none", self.image, *in_image([sys.executable, "-c", environment.PROBE,
+                                                                                REPO]))
+        return json.loads(probe.stdout) if probe.returncode == 0 else {"error": probe.stderr.strip()[-300:]}
 
     def free_ports(self, host, count):
         """Each task has a container, so a network namespace, of its own: the same ports are free in every one."""

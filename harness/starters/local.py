@@ -8,7 +8,7 @@ import struct
 import subprocess
 import sys
 
-from harness import lifeline, tasks
+from harness import environment, lifeline, tasks
 
 
 class LocalProcess:
@@ -75,6 +75,10 @@ class LocalProcess:
 
     def shares_workdir(self, host):
         return True
+
+    def environment(self, host):
+        """The machine and software a task on `host` runs on (environment.host()): here, this machine's."""
+        return environment.host()
 
     def interface_on(self, host, address):
         """(name, network) of the interface `host` reaches `address` (this machine's) through, or None: this

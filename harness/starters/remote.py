@@ -1,5 +1,6 @@
 """Shared by starters on other hosts: the heartbeat to a task's lifeline.py, and `OnHosts`, the base of ssh and srun."""
 import ipaddress
+import json
 import os
 import socket
 import subprocess
@@ -8,7 +9,7 @@ import time
 import uuid
 
 import harness
-from harness import lifeline, tasks
+from harness import REPO, environment, lifeline, tasks
 from harness.starters.local import LocalProcess
 
 
@@ -135,6 +136,10 @@ class OnHosts(LocalProcess):
         """Ports free on `host` now; the probe also checks the host and whether it shares this working directory."""
         ports, self.shared[host] = probe(lambda argv: self.command(host, argv), host, count)
         return ports
+
+    def environment(self, host):
+        """environment.host() of `host`, by a probe run there."""
+        return json.loads(run_there(lambda argv: self.command(host, argv), host, environment.PROBE, REPO))
 
     def interface_on(self, host, address):
         """(name, network) of the interface `host` reaches `address` through, by a probe run there (None if none)."""

@@ -1,0 +1,176 @@
+"""make grade SUBMISSION=path: a TA reproduces a submission on their own machine (docs/submission.md).
+
+    python -m assignment.grade --submission=submission            (make grade SUBMISSION=submission)
+    python -m assignment.grade --submission=submission --bench    (make grade SUBMISSION=submission BENCH=1)
+
+Checks the manifest against this tree (the commit, every file that differed from it, the model file's digest, the
+student's section the PDF was made from), reruns verify with the submission's settings (with --bench, a short
+bench too), compares the rerun with the submission and prints the rubric item by item. Exit 0 when everything
+reproduces, 1 naming what does not, 2 when the submission cannot be read."""
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import harness
+from harness import REPO, flags, results
+from harness.results import ResultsError
+from assignment import manifest, rubric
+
+# Another machine moves each architecture's throughput relative to the others' (cores, memory, network); beyond
+# this factor the ranking the student explains is not the one the TA sees.
+BAND = 1.5
+GRADE_BENCH_STEPS, GRADE_WARMUP_STEPS = 40, 10  # a short bench: the ranking, not the figures
+
+
+def parse_flags(argv=None):
+    parser = flags.FlagSet("python -m assignment.grade", __doc__)
+    flags.DEFINE_string("submission", "submission", "the submission's directory (make submission's)",
+                        flag_values=parser)
+    flags.DEFINE_boolean("bench", False, "also a short bench, each architecture's throughput relative to the "
+                         f"others' compared within a factor {BAND}", flag_values=parser)
+    flags.DEFINE_string("out", "grade", "where the rerun's results and checkpoints go", flag_values=parser)
+    args = flags.parse(parser, argv)
+    path = os.path.join(args.submission, manifest.FILE)
+    if not os.path.exists(path):
+        raise harness.UsageError(f"--submission: no {path} (make submission writes it)")
+    try:
+        args.manifest = results.read_json(path)
+        args.settings, args.model = args.manifest["settings"], args.manifest["model"]
+        args.results_dir = os.path.join(args.submission, "results",
+                                        os.path.splitext(os.path.basename(args.settings["model"]))[0])
+        args.verify = results.read_json(os.path.join(args.results_dir, results.VERIFY), "verify")
+    except (ResultsError, KeyError, TypeError) as error:
+        raise harness.UsageError(f"--submission: {path} or its results cannot be read: {error}")
+    return args
+
+
+def code_problems(args):
+    """What in this tree differs from the code the submission was made from, a line each."""
+    record = args.manifest
+    commit = record["commit"]
+    if subprocess.run(["git", "-C", REPO, "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True).returncode:
+        return [f"commit {commit[:12]}, which the submission was made from, is not in this repository"]
+    found = []
+    model_file = record["model"]["file"]
+    model_path = os.path.join(REPO, model_file)
+    if manifest.digest(model_path) != record["model"]["sha256"]:
+        found.append(f"model file {model_file}: not the one the submission was made from (its SHA-256 differs)")
+    now = manifest.changed_files(commit, manifest.in_repository(args.submission))
+    then = record["changed"]
+    differing = [path for path in sorted(set(now) | set(then)) if path != model_file
+                 and now.get(path, "as committed") != then.get(path, "as committed")]
+    if differing:
+        head = manifest.git("rev-parse", "HEAD").strip()
+        found.append(f"{len(differing)} file(s) differ from the code the submission was made from (commit "
+                     f"{commit[:12]}{' with changes' if then else ''}; this tree: {head[:12]}): "
+                     f"{', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}")
+    student_path = os.path.join(args.submission, record["student"]["file"])
+    if manifest.digest(student_path) != record["student"]["sha256"]:
+        found.append(f"{student_path}: edited after its report was made: make submission-report")
+    if not record.get("complete"):
+        found.append(f"the submission's own run failed ({record.get('failed', 'a step')}): its results are partial")
+    return found
+
+
+def rerun(args, what, argv):
+    print(f"grade: {what}: {' '.join(argv)}", flush=True)
+    return subprocess.run(argv, env={**os.environ, "PYTHONPATH": REPO}).returncode
+
+
+def shared_flags(args, config="config"):
+    """The flags of the submission's runs that decide what they compute; `config`: the flag naming the config."""
+    s = args.settings
+    return [f"--model={os.path.join(REPO, args.model['file'])}", f"--{config}={s['config']}", f"--seed={s['seed']}",
+            *([f"--data_path={s['data']}"] if s["data"] != "synthetic" else [])]
+
+
+def verify_problems(args):
+    """Rerun verify with the submission's settings here; each verdict that does not reproduce, a line each."""
+    s, results_dir = args.settings, os.path.join(args.out, "results")
+    argv = [sys.executable, os.path.join(REPO, "verify.py"), *shared_flags(args), f"--steps={s['verify_steps']}",
+            f"--warmup_steps={min(s['warmup_steps'], s['verify_steps'] // 4)}", f"--workers={s['workers']}",
+            f"--ps={s['ps']}", f"--results_dir={results_dir}", f"--ckpt_dir={os.path.join(args.out, 'checkpoints')}",
+            f"--runs={','.join(run['name'] for run in args.verify['runs'] if not run['name'].endswith('-fault'))}"]
+    if rerun(args, "verify", argv) not in (0, 1):
+        return ["verify could not run here (above, why)"]
+    path = os.path.join(results_dir, results.VERIFY)
+    if not os.path.exists(path):
+        return ["verify's rerun wrote no verdict (above, why)"]
+    again = {(p["a"], p["b"]): p["verdict"] for p in results.read_json(path, "verify")["pairs"]}
+    submitted = {(p["a"], p["b"]): p["verdict"] for p in args.verify["pairs"]}
+    found = [f"verify: {a} vs {b}: the submission says {verdict!r}, the rerun {again.get((a, b), 'nothing')!r}"
+             for (a, b), verdict in submitted.items() if again.get((a, b)) != verdict]
+    print(f"grade: verify: {len(submitted) - len(found)} of {len(submitted)} verdicts reproduce", flush=True)
+    return found
+
+
+def relative_throughputs(records, workers):
+    """{architecture: its median throughput over the geometric mean of tf's, horovod's and parallax's}."""
+    medians = {r["runner"]: r["throughput"]["median"] for r in records
+               if r["runner"] in rubric.ARCHITECTURES and r["workers"] == workers and "skipped" not in r}
+    if len(medians) < len(rubric.ARCHITECTURES):
+        return None
+    mean = math.exp(sum(math.log(m) for m in medians.values()) / len(medians))
+    return {runner: median / mean for runner, median in medians.items()}
+
+
+def bench_problems(args):
+    """A short bench here of tf, horovod and parallax; each relative throughput outside BAND of the submission's."""
+    s, results_dir = args.settings, os.path.join(args.out, "results")
+    workers = s["workers"]
+    submitted = relative_throughputs([r for _, r in results.read_lines(
+        os.path.join(args.results_dir, results.BENCH), "bench")], workers) \
+        if os.path.exists(os.path.join(args.results_dir, results.BENCH)) else None
+    if submitted is None:
+        return [f"the submission's bench has no throughput of each of {', '.join(rubric.ARCHITECTURES)} at W = "
+                f"{workers}"]
+    argv = [sys.executable, "-m", "bench.run", *shared_flags(args, "configs"), f"--workers={workers}",
+            f"--net={s['net']}", f"--steps={GRADE_BENCH_STEPS}",
+            f"--warmup_steps={GRADE_WARMUP_STEPS}", f"--runners={','.join(rubric.ARCHITECTURES)}",
+            f"--results_dir={results_dir}", f"--ckpt_dir={os.path.join(args.out, 'checkpoints', 'bench')}"]
+    if rerun(args, "bench", argv):
+        return ["the bench could not run here (above, why)"]
+    again = relative_throughputs([r for _, r in results.read_lines(os.path.join(results_dir, results.BENCH),
+                                                                    "bench")], workers)
+    found = []
+    for runner, share in submitted.items():
+        print(f"grade: bench: {runner}: {share:.2f} of the three's mean in the submission, {again[runner]:.2f} here",
+              flush=True)
+        if not 1 / BAND <= again[runner] / share <= BAND:
+            found.append(f"bench: {runner}'s throughput relative to the others' moved by more than {BAND}x "
+                         f"({share:.2f} submitted, {again[runner]:.2f} here)")
+    return found
+
+
+def main():
+    args = parse_flags(sys.argv[1:])
+    shutil.rmtree(args.out, ignore_errors=True)  # an earlier grade's rerun must not stand for this one
+    record = args.manifest
+    print(f"grade: {args.submission}: {args.settings['model']} ({args.settings['config']}), W = "
+          f"{args.settings['workers']}, made {record['made']} at commit {record['commit'][:12]}"
+          f"{' with uncommitted changes' if record['dirty'] else ''}", flush=True)
+    found = code_problems(args)
+    print(f"grade: code: {'as the submission was made' if not found else 'DIFFERS'}", flush=True)
+    found += verify_problems(args)
+    if args.bench:
+        found += bench_problems(args)
+    student_path = os.path.join(args.submission, record["student"]["file"])
+    text = open(student_path).read() if os.path.exists(student_path) else None
+    print("grade: the assignment's items, from the submission's results and student.md:")
+    for item in rubric.check(args.results_dir, text):
+        print(f"  {'yes' if item.met else 'MISSING':8s} {item.name}: {item.found}")
+    print("grade: the environment it was made in: " + "; ".join(
+        f"{h['host']} ({h['environment'].get('cpu_model')}, {h['environment'].get('cpu_cores')} cores, "
+        f"{len(h['environment'].get('gpus') or [])} GPUs; runs {', '.join(h['runs'])})" for h in record["hosts"]))
+    if found:
+        for line in found:
+            print(f"grade: NOT REPRODUCED: {line}", file=sys.stderr)
+        return 1
+    print("grade: REPRODUCED: the code is the submission's and every verdict comes out the same here")
+    return 0
+
+
+if __name__ == "__main__":
+    harness.main(main)

@@ -1,0 +1,151 @@
+"""make submission: what a student hands in, made in one go and meant to be committed (docs/submission.md).
+
+    python -m assignment.submit --model=models/mine.py --workers=2          (make submission MODEL=models/mine.py)
+    python -m assignment.submit --report_only                               (make submission-report)
+
+Runs make verify, the bench in the assignment's window (--warmup_steps left out of --bench_steps) and the report,
+then writes <out>/: results/<model>/, report/report.pdf, manifest.json (assignment/manifest.py) and, when there
+is none yet, student.md, the student's own section, from its template. --report_only typesets the report again
+(after editing student.md) with the settings the manifest records, and brings the manifest up to date. Exit 0
+when every step ran, 1 when one failed (named; the manifest then says so), 2 on bad input."""
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+import harness
+from harness import REPO, flags, models, results
+from assignment import manifest, rubric, student
+
+# The assignment's window: "the first 50~100 iterations ... can be unstable, so just discard them". 100 steps
+# measured after them give the median a standard error of about an eighth of the step times' spread.
+BENCH_STEPS, WARMUP_STEPS = 150, 50
+
+
+def parse_flags(argv=None):
+    parser = flags.FlagSet("python -m assignment.submit", __doc__)
+    flags.DEFINE_string("model", "lstm", "the model: a built-in one or a path to a model file", flag_values=parser)
+    flags.DEFINE_string("config", None, "the model's configuration (default: its first)", flag_values=parser)
+    flags.DEFINE_integer("workers", 2, "workers of every distributed run", lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("ps", 1, "parameter-server tasks", lower_bound=1, flag_values=parser)
+    flags.DEFINE_integer("seed", 1, "the seed of every run", lower_bound=0, flag_values=parser)
+    flags.DEFINE_string("data_path", "", "a text in PTB's format; default: the synthetic corpus", flag_values=parser)
+    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: verify's distributed runs on these hosts",
+                        parser)
+    flags.DEFINE_integer("verify_steps", 60, "steps of verify's runs", lower_bound=4, flag_values=parser)
+    flags.DEFINE_integer("bench_steps", BENCH_STEPS, "steps of each bench run", lower_bound=2, flag_values=parser)
+    flags.DEFINE_integer("warmup_steps", WARMUP_STEPS, "first steps of each bench run left out of its throughput "
+                         f"(the assignment: {rubric.LEAST_WARMUP} at least)", lower_bound=0, flag_values=parser)
+    flags.DEFINE_list("runs", [], "the distributed runs verify and the bench make (default: every one each knows)",
+                      flag_values=parser)
+    flags.DEFINE_string("net", "100mbit", "the bench's emulated link rate per machine", flag_values=parser)
+    flags.DEFINE_string("out", "submission", "where the submission goes", flag_values=parser)
+    flags.DEFINE_boolean("report_only", False, "typeset the report again from <out>/results and student.md",
+                         flag_values=parser)
+    args = flags.parse(parser, argv)
+    args.earlier = {}
+    if args.report_only:  # the settings the submission was made with
+        path = os.path.join(args.out, manifest.FILE)
+        if not os.path.exists(path):
+            raise harness.UsageError(f"--report_only: no {path}: make submission first")
+        args.earlier = results.read_json(path)
+        for name, value in args.earlier["settings"].items():
+            setattr(args, name, value)
+        args.data_path = "" if args.data == "synthetic" else args.data
+        args.hosts = [tuple(host.rsplit(":", 1)) for host in args.hosts]
+    if args.warmup_steps >= args.bench_steps:
+        raise harness.UsageError(f"--warmup_steps={args.warmup_steps}: leaves none of --bench_steps="
+                                 f"{args.bench_steps} measured")
+    model = models.load(args.model)  # a mistaken model file is one line here, before any run
+    args.config = args.config or next(iter(model.CONFIGS))
+    if args.config not in model.CONFIGS:
+        raise harness.UsageError(f"--config: model {args.model} has no config {args.config!r}")
+    args.name = os.path.splitext(os.path.basename(args.model))[0]
+    args.results_dir = os.path.join(args.out, "results", args.name)
+    return args
+
+
+def commands(args):
+    """[(what, argv)] of the steps, in order: verify, the bench and its Parallax prediction, the report."""
+    python = [sys.executable]
+    shared = [f"--model={args.model}", f"--config={args.config}", f"--seed={args.seed}",
+              *([f"--data_path={args.data_path}"] if args.data_path else [])]
+    verify = [*python, os.path.join(REPO, "verify.py"), *shared, f"--steps={args.verify_steps}",
+              f"--warmup_steps={min(args.warmup_steps, args.verify_steps // 4)}", f"--workers={args.workers}",
+              f"--ps={args.ps}", f"--results_dir={args.results_dir}", "--ckpt_dir=checkpoints/submission",
+              *([f"--hosts={','.join(f'{h}:{n}' for h, n in args.hosts)}"] if args.hosts else []),
+              *([f"--runs=reference,{','.join(args.runs)}"] if args.runs else [])]
+    bench = [*python, "-m", "bench.run", *shared[:1], f"--configs={args.config}", *shared[2:],
+             f"--workers={args.workers}", f"--net={args.net}", f"--steps={args.bench_steps}",
+             f"--warmup_steps={args.warmup_steps}", f"--results_dir={args.results_dir}",
+             "--ckpt_dir=checkpoints/submission-bench", *([f"--runners={','.join(args.runs)}"] if args.runs else [])]
+    predict = [*python, "-m", "bench.predict", "--parallax", f"--results_dir={args.results_dir}"]
+    report = [*python, "-m", "reporting", f"--results_dir={os.path.join(args.out, 'results')}",
+              f"--out_dir={os.path.join(args.out, 'report')}", f"--student={os.path.join(args.out, 'student.md')}"]
+    steps = [("verify", verify), ("bench", bench), ("predict", predict), ("report", report)]
+    return steps[-1:] if args.report_only else steps
+
+
+def run(what, argv):
+    """Run one step, its output shown as it comes; return what the manifest records of it."""
+    print(f"submission: {what}: {' '.join(argv)}", flush=True)
+    started = time.monotonic()
+    status = subprocess.run(argv, env={**os.environ, "PYTHONPATH": REPO}).returncode
+    return {"step": what, "argv": argv, "status": status, "seconds": round(time.monotonic() - started, 1)}
+
+
+def write_template(args):
+    """student.md from its template, unless the student has one: never overwritten."""
+    path = os.path.join(args.out, "student.md")
+    if not os.path.exists(path):
+        verify_path = os.path.join(args.results_dir, results.VERIFY)
+        verify = results.read_json(verify_path, "verify") if os.path.exists(verify_path) else None
+        with open(path, "w") as f:
+            f.write(student.template(args.name, rubric.differing(verify)))
+        print(f"submission: wrote {path}, the student's own section: fill it in, then make submission-report")
+
+
+def main():
+    args = parse_flags(sys.argv[1:])
+    os.makedirs(args.out, exist_ok=True)
+    path, earlier = os.path.join(args.out, manifest.FILE), args.earlier
+    if not args.report_only:
+        for stale in (path, os.path.join(args.out, "report", "report.pdf")):  # never standing for this attempt
+            if os.path.exists(stale):
+                os.remove(stale)
+    done = []
+    for what, argv in commands(args):
+        if what == "report":
+            write_template(args)
+        done.append(run(what, argv))
+        if done[-1]["status"]:
+            break
+    failed = next((step for step in done if step["status"]), None)
+    student_path = os.path.join(args.out, "student.md")
+    record = {
+        "made": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "settings": {"model": args.model, "config": args.config, "workers": args.workers, "ps": args.ps,
+                     "seed": args.seed, "data": args.data_path or "synthetic", "verify_steps": args.verify_steps,
+                     "bench_steps": args.bench_steps, "warmup_steps": args.warmup_steps, "net": args.net,
+                     "hosts": [f"{h}:{n}" for h, n in args.hosts or []], "runs": args.runs},
+        **manifest.code(models.path_of(args.model), args.out),
+        "commands": earlier.get("commands", []) + done,
+        "hosts": manifest.hosts(args.results_dir),
+        "student": {"file": "student.md", "sha256": manifest.digest(student_path)},
+        "complete": failed is None and not earlier.get("failed"),
+        **({"failed": failed["step"]} if failed else {}),
+    }
+    results.write_json(path, record)
+    if failed:
+        print(f"submission: FAILED: {failed['step']} exited {failed['status']}; {path} records it", file=sys.stderr)
+        return 1
+    missing = [item for item in rubric.check(args.results_dir, open(student_path).read()) if not item.met]
+    print(f"submission: {args.out}/ written: commit it (git add {args.out}). "
+          + (f"Still missing: {'; '.join(item.name for item in missing)}" if missing
+             else "Every item the assignment asks for is there."))
+    return 0
+
+
+if __name__ == "__main__":
+    harness.main(main)
