@@ -57,10 +57,6 @@ def parse_flags(argv=None):
     if args.warmup_steps >= args.bench_steps:
         raise harness.UsageError(f"--warmup_steps={args.warmup_steps}: leaves none of --bench_steps="
                                  f"{args.bench_steps} measured")
-    model = models.load(args.model)  # a mistaken model file is one line here, before any run
-    args.config = args.config or next(iter(model.CONFIGS))
-    if args.config not in model.CONFIGS:
-        raise harness.UsageError(f"--config: model {args.model} has no config {args.config!r}")
     args.name = os.path.splitext(os.path.basename(args.model))[0]
     args.results_dir = os.path.join(args.out, "results", args.name)
     return args

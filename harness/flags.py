@@ -92,13 +92,13 @@ def _check_run(args):
         raise UsageError(f"--warmup_steps={args.warmup_steps} must be smaller than --steps={args.steps}: "
                          "the throughput timer needs steps after the warm-up")
     args.config = args.config or next(iter(models.load(args.model).CONFIGS))  # the model and its config exist
-    models.from_flags(args)
-    if args.data_path and not os.path.exists(args.data_path):
+    models.config(models.load(args.model), args.config, vars(args).get("batch_size"))
+    if vars(args).get("data_path") and not os.path.exists(args.data_path):
         raise UsageError(f"--data_path: {args.data_path} does not exist")
     if "run_name" in vars(args) and (not args.run_name or os.sep in args.run_name):
         raise UsageError(f"--run_name: {args.run_name!r} is not a file name")
     for flag in ("ckpt_dir", "results_dir"):
-        problem = unwritable(getattr(args, flag))
+        problem = unwritable(getattr(args, flag)) if flag in vars(args) else None
         if problem:
             raise UsageError(f"--{flag}={getattr(args, flag)}: {problem}")
 
