@@ -152,18 +152,21 @@ def main():
           f"{args.settings['workers']}, made {record['made']} at commit {record['commit'][:12]}"
           f"{' with uncommitted changes' if record['dirty'] else ''}", flush=True)
     found = code_problems(args)
-    print(f"grade: code: {'as the submission was made' if not found else 'DIFFERS'}", flush=True)
-    found += verify_problems(args)
-    if args.bench:
-        found += bench_problems(args)
+    if found:  # a rerun of other code says nothing about the submission
+        print("grade: code: DIFFERS from the submission's; nothing rerun", flush=True)
+    else:
+        print("grade: code: as the submission was made", flush=True)
+        found += verify_problems(args)
+        if args.bench:
+            found += bench_problems(args)
     student_path = os.path.join(args.submission, record["student"]["file"])
     text = open(student_path).read() if os.path.exists(student_path) else None
     print("grade: the assignment's items, from the submission's results and student.md:")
     for item in rubric.check(args.results_dir, text):
         print(f"  {'yes' if item.met else 'MISSING':8s} {item.name}: {item.found}")
-    print("grade: the environment it was made in: " + "; ".join(
+    print("grade: the hosts it was made on: " + "; ".join(
         f"{h['host']} ({h['environment'].get('cpu_model')}, {h['environment'].get('cpu_cores')} cores, "
-        f"{len(h['environment'].get('gpus') or [])} GPUs; runs {', '.join(h['runs'])})" for h in record["hosts"]))
+        f"{len(h['environment'].get('gpus') or [])} GPUs, {len(h['runs'])} runs)" for h in record["hosts"]))
     if found:
         for line in found:
             print(f"grade: NOT REPRODUCED: {line}", file=sys.stderr)

@@ -128,7 +128,7 @@ def test_an_edited_model_file_and_student_section_are_named(graded):
     finally:
         model.write_text(original[0])
         section.write_text(original[1])
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2 and "grade] Error 1" in result.stderr, result.stdout + result.stderr  # make's 2
     assert ("grade: NOT REPRODUCED: model file models/lstm.py: not the one the submission was made from"
             in result.stderr)
     assert "submission/student.md: edited after its report was made: make submission-report" in result.stderr
@@ -143,7 +143,7 @@ def test_another_commit_is_named(graded, tmp_path):
         result = make("grade", f"SUBMISSION={tmp_path / 'submission'}", cwd=ta)
     finally:
         subprocess.run(["git", "-C", str(ta), "checkout", "-q", "-"], check=True)
-    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.returncode == 2 and "grade] Error 1" in result.stderr, result.stdout + result.stderr
     assert "file(s) differ from the code the submission was made from" in result.stderr
 
 
