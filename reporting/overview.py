@@ -103,10 +103,12 @@ ENVIRONMENT_ROWS = [
     ("cores", lambda e: str(e.get("cpu_cores") or NOT_RECORDED)),
     ("memory", lambda e: _gib(e.get("memory_bytes"))),
     ("GPU", lambda e: ", ".join(e["gpus"]) or "none" if "gpus" in e else f"{NOT_RECORDED} in the summaries"),
-    ("OS", lambda e: e.get("platform") or NOT_RECORDED),
+    ("OS", lambda e: " ".join(filter(None, (e.get("os"), e.get("platform") and f"({e['platform']})")))
+     or NOT_RECORDED),
     ("Python", lambda e: e.get("python") or NOT_RECORDED),
     ("TensorFlow", lambda e: e.get("tensorflow") or NOT_RECORDED),
     ("Horovod", lambda e: e.get("horovod") or "not installed"),
+    ("MPI", lambda e: e.get("mpi") or ("none" if "mpi" in e else NOT_RECORDED)),
     ("numpy", lambda e: e.get("numpy") or NOT_RECORDED),
     ("threads (intra-op / inter-op)", lambda e: f"{e.get('intra_op_threads')} / {e.get('inter_op_threads')}"),
 ]
