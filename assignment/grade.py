@@ -116,31 +116,39 @@ def relative_throughputs(records, workers):
     return {runner: median / mean for runner, median in medians.items()}
 
 
+def bench_records(results_dir):
+    path = os.path.join(results_dir, results.BENCH)
+    return [record for _, record in results.read_lines(path, "bench")] if os.path.exists(path) else []
+
+
+def compare_throughputs(submitted, again, workers):
+    """(a line per architecture, problems): each one's share of the three's throughput in the submission's bench
+    records and in the rerun's, a problem where it moved by more than BAND."""
+    before, after = relative_throughputs(submitted, workers), relative_throughputs(again, workers)
+    if before is None or after is None:
+        return [], [f"{'the submission' if before is None else 'the rerun'}'s bench has no throughput of each of "
+                    f"{', '.join(rubric.ARCHITECTURES)} at W = {workers}"]
+    lines = [f"{runner}: {share:.2f} of the three's mean in the submission, {after[runner]:.2f} here"
+             for runner, share in before.items()]
+    return lines, [f"bench: {runner}'s throughput relative to the others' moved by more than {BAND}x ({share:.2f} "
+                   f"submitted, {after[runner]:.2f} here)" for runner, share in before.items()
+                   if not 1 / BAND <= after[runner] / share <= BAND]
+
+
 def bench_problems(args):
-    """A short bench here of tf, horovod and parallax; each relative throughput outside BAND of the submission's."""
+    """A short bench here of tf, horovod and parallax, compared with the submission's (compare_throughputs)."""
     s, results_dir = args.settings, os.path.join(args.out, "results")
-    workers = s["workers"]
-    submitted = relative_throughputs([r for _, r in results.read_lines(
-        os.path.join(args.results_dir, results.BENCH), "bench")], workers) \
-        if os.path.exists(os.path.join(args.results_dir, results.BENCH)) else None
-    if submitted is None:
-        return [f"the submission's bench has no throughput of each of {', '.join(rubric.ARCHITECTURES)} at W = "
-                f"{workers}"]
-    argv = [sys.executable, "-m", "bench.run", *shared_flags(args, "configs"), f"--workers={workers}",
-            f"--net={s['net']}", f"--steps={GRADE_BENCH_STEPS}",
-            f"--warmup_steps={GRADE_WARMUP_STEPS}", f"--runners={','.join(rubric.ARCHITECTURES)}",
-            f"--results_dir={results_dir}", f"--ckpt_dir={os.path.join(args.out, 'checkpoints', 'bench')}"]
+    if relative_throughputs(bench_records(args.results_dir), s["workers"]) is None:
+        return compare_throughputs(bench_records(args.results_dir), [], s["workers"])[1]
+    argv = [sys.executable, "-m", "bench.run", *shared_flags(args, "configs"), f"--workers={s['workers']}",
+            f"--net={s['net']}", f"--steps={GRADE_BENCH_STEPS}", f"--warmup_steps={GRADE_WARMUP_STEPS}",
+            f"--runners={','.join(rubric.ARCHITECTURES)}", f"--results_dir={results_dir}",
+            f"--ckpt_dir={os.path.join(args.out, 'checkpoints', 'bench')}"]
     if rerun(args, "bench", argv):
         return ["the bench could not run here (above, why)"]
-    again = relative_throughputs([r for _, r in results.read_lines(os.path.join(results_dir, results.BENCH),
-                                                                    "bench")], workers)
-    found = []
-    for runner, share in submitted.items():
-        print(f"grade: bench: {runner}: {share:.2f} of the three's mean in the submission, {again[runner]:.2f} here",
-              flush=True)
-        if not 1 / BAND <= again[runner] / share <= BAND:
-            found.append(f"bench: {runner}'s throughput relative to the others' moved by more than {BAND}x "
-                         f"({share:.2f} submitted, {again[runner]:.2f} here)")
+    lines, found = compare_throughputs(bench_records(args.results_dir), bench_records(results_dir), s["workers"])
+    for line in lines:
+        print(f"grade: bench: {line}", flush=True)
     return found
 
 

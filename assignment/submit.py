@@ -10,6 +10,7 @@ is none yet, student.md, the student's own section, from its template. --report_
 when every step ran, 1 when one failed (named; the manifest then says so), 2 on bad input."""
 import datetime
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import time
 import harness
 from harness import REPO, flags, models, results
 from assignment import manifest, rubric, student
+from bench import costs
 
 # The assignment's window: "the first 50~100 iterations ... can be unstable, so just discard them". 100 steps
 # measured after them give the median a standard error of about an eighth of the step times' spread.
@@ -106,10 +108,14 @@ def main():
     args = parse_flags(sys.argv[1:])
     os.makedirs(args.out, exist_ok=True)
     path, earlier = os.path.join(args.out, manifest.FILE), args.earlier
-    if not args.report_only:
-        for stale in (path, os.path.join(args.out, "report", "report.pdf")):  # never standing for this attempt
+    if not args.report_only:  # nothing of an earlier attempt stands for this one; the costs measured are a cache
+        for stale in (path, os.path.join(args.out, "report", "report.pdf")):
             if os.path.exists(stale):
                 os.remove(stale)
+        for name in os.listdir(args.results_dir) if os.path.isdir(args.results_dir) else []:
+            stale = os.path.join(args.results_dir, name)
+            if name != costs.COSTS:
+                shutil.rmtree(stale) if os.path.isdir(stale) else os.remove(stale)
     done = []
     for what, argv in commands(args):
         if what == "report":

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 from conftest import (REPO, bit_identical, checkpoint_tensors, long_run, no_process_left, processes_with,
                       train_reference)
 import harness
+from assignment import manifest
 from harness.starters.ssh import Ssh
 
 import cluster
@@ -154,6 +156,8 @@ def test_verify_across_two_nodes_finds_every_architecture_identical(nodes, share
         hosts = json.loads(open(os.path.join(shared_work, "results", f"verify-{run}.hosts.json")).read())["hosts"]
         assert [(h["host"], h["tasks"], h["environment"]["hostname"]) for h in hosts] == [
             ("node1", tasks[0], "node1"), ("node2", tasks[1], "node2")]  # each node's own, by a probe there
+    recorded = {h["host"]: h for h in manifest.hosts(os.path.join(shared_work, "results"))}  # make submission's
+    assert {"node1", "node2", socket.gethostname()} <= set(recorded) and "verify-parallax" in recorded["node2"]["runs"]
 
 
 def test_mpirun_across_nodes_keeps_off_an_interface_every_node_has(reference):

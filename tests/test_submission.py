@@ -10,7 +10,7 @@ import pytest
 from pypdf import PdfReader
 
 from conftest import REPO
-from assignment import rubric, student
+from assignment import grade, rubric, student, submit
 from reporting import blocks
 
 # Minutes, not the assignment's window: 8 steps of which 2 warm-up, four distributed runs.
@@ -51,6 +51,7 @@ def submitted(tmp_path_factory, measured_costs):
     repo = clone(REPO, tmp_path_factory.mktemp("student") / "repo")
     (repo / "submission/results/lstm").mkdir(parents=True)
     shutil.copy(measured_costs / "bench-costs.json", repo / "submission/results/lstm")
+    (repo / "submission/results/lstm/verify-parallax-local.json").write_text("{}")  # an earlier attempt's
     made = make("submission", *TINY, cwd=repo)
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     first_page = PdfReader(repo / "submission/report/report.pdf").pages[0].extract_text()
@@ -80,6 +81,7 @@ def test_a_submission_records_the_code_the_commands_and_every_host(submitted):
     bench = [json.loads(line) for line in (repo / "submission/results/lstm/bench.jsonl").read_text().splitlines()]
     assert {(r["runner"], r["steps"], r["warmup_steps"]) for r in bench} == {(name, 8, 2) for name in
                                                                              ("tf", "horovod", "parallax", "tf-async")}
+    assert not (repo / "submission/results/lstm/verify-parallax-local.json").exists()
     committed = subprocess.run(["git", "-C", str(repo), "ls-files", "submission"], capture_output=True,
                                text=True).stdout.split()
     assert {"submission/manifest.json", "submission/student.md", "submission/report/report.pdf",
@@ -171,3 +173,29 @@ def test_the_rubric_of_an_empty_results_directory_names_each_missing_thing(tmp_p
     items = rubric.check(str(tmp_path), None)
     assert not any(item.met for item in items)
     assert {item.found for item in items} >= {"no student.md", "no verify.json: make verify", "no bench measured"}
+
+
+def bench_record(runner, median, workers=2):
+    return {"runner": runner, "workers": workers, "throughput": {"median": median}}
+
+
+def test_the_grade_s_bench_compares_each_architecture_s_share_within_the_band():
+    """Another machine may be faster or slower at everything: each architecture's throughput over the three's
+    geometric mean is what must stay within grade.BAND."""
+    submitted = [bench_record("tf", 100), bench_record("horovod", 200), bench_record("parallax", 400),
+                 bench_record("horovod-dense", 1), bench_record("tf", 1, workers=4)]
+    slower_machine = [bench_record(r["runner"], r["throughput"]["median"] / 3) for r in submitted[:3]]
+    lines, found = grade.compare_throughputs(submitted, slower_machine, 2)
+    assert found == [] and lines[0] == "tf: 0.50 of the three's mean in the submission, 0.50 here"
+    reordered = [bench_record("tf", 400), bench_record("horovod", 200), bench_record("parallax", 100)]
+    _, found = grade.compare_throughputs(submitted, reordered, 2)
+    assert [line.split("'")[0] for line in found] == ["bench: tf", "bench: parallax"]
+    _, found = grade.compare_throughputs(submitted, reordered[:2], 2)
+    assert found == ["the rerun's bench has no throughput of each of tf, horovod, parallax at W = 2"]
+
+
+def test_make_submission_s_bench_leaves_out_the_assignment_s_warm_up_by_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    steps = dict(submit.commands(submit.parse_flags([])))
+    assert "--steps=150" in steps["bench"] and "--warmup_steps=50" in steps["bench"]
+    assert "--steps=60" in steps["verify"] and "--runs=" not in " ".join(steps["verify"])
