@@ -6,6 +6,7 @@
 
 Flags before "--" are the launcher's, after it the runner's. docs/cluster.md shows hosts, Slurm, MPI and Docker.
 """
+import concurrent.futures
 import dataclasses
 import math
 import os
@@ -340,7 +341,9 @@ def hosts_of(starter, worker_hosts, ps_hosts):
     for kind, hosts in (("worker", worker_hosts), ("ps", ps_hosts)):
         for i, host in enumerate(hosts):
             names.setdefault(host, []).append(f"{kind}{i}")
-    return [{"host": host, "tasks": tasks, "environment": starter.environment(host)} for host, tasks in names.items()]
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:  # each host's probe at once
+        found = dict(zip(names, pool.map(starter.environment, names)))
+    return [{"host": host, "tasks": tasks, "environment": found[host]} for host, tasks in names.items()]
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ docs/architecture.md ("Containers") says how and why. `python -m harness.starter
 -- COMMAND...` runs one command in one container without a network (verify's reference run)."""
 import atexit
 import dataclasses
+import functools
 import ipaddress
 import json
 import os
@@ -127,11 +128,16 @@ class Docker(LocalProcess):
             _docker("network", "rm", self.network)
             self.network = None
 
-    def environment(self, host):
-        """environment.host() in a container of the image: this machine's hardware, the image's software."""
+    @functools.cached_property
+    def _environment(self):
         probe = _docker("run", "--rm", "--network=none", self.image, *in_image([sys.executable, "-c", environment.PROBE,
                                                                                 REPO]))
         return json.loads(probe.stdout) if probe.returncode == 0 else {"error": probe.stderr.strip()[-300:]}
+
+    def environment(self, host):
+        """environment.host() in a container of the image, once for all: this machine's hardware, the image's
+        software."""
+        return self._environment
 
     def free_ports(self, host, count):
         """Each task has a container, so a network namespace, of its own: the same ports are free in every one."""
