@@ -16,7 +16,7 @@ import sys
 import harness
 from harness import REPO, flags, results
 from harness.results import ResultsError
-from assignment import manifest, rubric
+from assignment import manifest, rubric, submit
 
 # Another machine moves each architecture's throughput relative to the others' (cores, memory, network); beyond
 # this factor the ranking the student explains is not the one the TA sees.
@@ -37,7 +37,7 @@ def parse_flags(argv=None):
         raise harness.UsageError(f"--submission: no {path} (make submission writes it)")
     try:
         args.manifest = results.read_json(path)
-        args.settings, args.model = args.manifest["settings"], args.manifest["model"]
+        args.settings = args.manifest["settings"]
         args.results_dir = os.path.join(args.submission, "results",
                                         os.path.splitext(os.path.basename(args.settings["model"]))[0])
         args.verify = results.read_json(os.path.join(args.results_dir, results.VERIFY), "verify")
@@ -79,21 +79,11 @@ def rerun(args, what, argv):
     return subprocess.run(argv, env={**os.environ, "PYTHONPATH": REPO}).returncode
 
 
-def shared_flags(args, config="config"):
-    """The flags of the submission's runs that decide what they compute; `config`: the flag naming the config."""
-    s = args.settings
-    return [f"--model={os.path.join(REPO, args.model['file'])}", f"--{config}={s['config']}", f"--seed={s['seed']}",
-            *([f"--data_path={s['data']}"] if s["data"] != "synthetic" else [])]
-
-
 def verify_problems(args):
     """Rerun verify with the submission's settings here; each verdict that does not reproduce, a line each."""
-    s, results_dir = args.settings, os.path.join(args.out, "results")
-    argv = [sys.executable, os.path.join(REPO, "verify.py"), *shared_flags(args), f"--steps={s['verify_steps']}",
-            f"--warmup_steps={min(s['warmup_steps'], s['verify_steps'] // 4)}", f"--workers={s['workers']}",
-            f"--ps={s['ps']}", f"--results_dir={results_dir}", f"--ckpt_dir={os.path.join(args.out, 'checkpoints')}",
-            f"--runs={','.join(run['name'] for run in args.verify['runs'] if not run['name'].endswith('-fault'))}"]
-    if rerun(args, "verify", argv) not in (0, 1):
+    results_dir = os.path.join(args.out, "results")
+    argv = submit.verify_command({**args.settings, "hosts": []}, results_dir, os.path.join(args.out, "checkpoints"))
+    if rerun(args, "verify", argv) not in (0, 1):  # here, not on the student's hosts
         return ["verify could not run here (above, why)"]
     path = os.path.join(results_dir, results.VERIFY)
     if not os.path.exists(path):
@@ -140,10 +130,8 @@ def bench_problems(args):
     s, results_dir = args.settings, os.path.join(args.out, "results")
     if relative_throughputs(bench_records(args.results_dir), s["workers"]) is None:
         return compare_throughputs(bench_records(args.results_dir), [], s["workers"])[1]
-    argv = [sys.executable, "-m", "bench.run", *shared_flags(args, "configs"), f"--workers={s['workers']}",
-            f"--net={s['net']}", f"--steps={GRADE_BENCH_STEPS}", f"--warmup_steps={GRADE_WARMUP_STEPS}",
-            f"--runners={','.join(rubric.ARCHITECTURES)}", f"--results_dir={results_dir}",
-            f"--ckpt_dir={os.path.join(args.out, 'checkpoints', 'bench')}"]
+    argv = submit.bench_command(s, results_dir, os.path.join(args.out, "checkpoints", "bench"), GRADE_BENCH_STEPS,
+                                GRADE_WARMUP_STEPS, rubric.ARCHITECTURES)
     if rerun(args, "bench", argv):
         return ["the bench could not run here (above, why)"]
     lines, found = compare_throughputs(bench_records(args.results_dir), bench_records(results_dir), s["workers"])

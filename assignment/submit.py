@@ -54,37 +54,56 @@ def parse_flags(argv=None):
         if not os.path.exists(path):
             raise harness.UsageError(f"--report_only: no {path}: make submission first")
         args.earlier = results.read_json(path)
-        for name, value in args.earlier["settings"].items():
-            setattr(args, name, value)
-        args.data_path = "" if args.data == "synthetic" else args.data
-        args.hosts = [tuple(host.rsplit(":", 1)) for host in args.hosts]
+        args.settings = args.earlier["settings"]
+    else:
+        args.settings = {"model": args.model, "config": args.config, "workers": args.workers, "ps": args.ps,
+                         "seed": args.seed, "data": args.data_path or "synthetic", "verify_steps": args.verify_steps,
+                         "bench_steps": args.bench_steps, "warmup_steps": args.warmup_steps, "net": args.net,
+                         "hosts": [f"{h}:{n}" for h, n in args.hosts or []], "runs": args.runs,
+                         "bench_runs": args.bench_runs}
     if args.warmup_steps >= args.bench_steps:
         raise harness.UsageError(f"--warmup_steps={args.warmup_steps}: leaves none of --bench_steps="
                                  f"{args.bench_steps} measured")
-    args.name = os.path.splitext(os.path.basename(args.model))[0]
+    args.name = os.path.splitext(os.path.basename(args.settings["model"]))[0]
     args.results_dir = os.path.join(args.out, "results", args.name)
     return args
 
 
+def run_flags(settings, config="config"):
+    """The flags that decide what a submission's runs compute; `config`: the flag that names the config."""
+    return [f"--model={settings['model']}", f"--{config}={settings['config']}", f"--seed={settings['seed']}",
+            *([f"--data_path={settings['data']}"] if settings["data"] != "synthetic" else [])]
+
+
+def verify_command(settings, results_dir, ckpt_dir):
+    """make verify with a submission's settings (make grade's rerun: the same, on the TA's machine)."""
+    steps = settings["verify_steps"]
+    return [sys.executable, os.path.join(REPO, "verify.py"), *run_flags(settings), f"--steps={steps}",
+            f"--warmup_steps={min(settings['warmup_steps'], steps // 4)}", f"--workers={settings['workers']}",
+            f"--ps={settings['ps']}", f"--results_dir={results_dir}", f"--ckpt_dir={ckpt_dir}",
+            *([f"--hosts={','.join(settings['hosts'])}"] if settings["hosts"] else []),
+            *([f"--runs=reference,{','.join(settings['runs'])}"] if settings["runs"] else [])]
+
+
+def bench_command(settings, results_dir, ckpt_dir, steps, warmup_steps, runs):
+    """The bench of a submission's config at its workers and link rate: `runs` for `steps` steps each."""
+    return [sys.executable, "-m", "bench.run", *run_flags(settings, "configs"), f"--workers={settings['workers']}",
+            f"--net={settings['net']}", f"--steps={steps}", f"--warmup_steps={warmup_steps}",
+            f"--runners={','.join(runs)}", f"--results_dir={results_dir}", f"--ckpt_dir={ckpt_dir}"]
+
+
 def commands(args):
     """[(what, argv)] of the steps, in order: verify, the bench and its Parallax prediction, the report."""
-    python = [sys.executable]
-    shared = [f"--model={args.model}", f"--config={args.config}", f"--seed={args.seed}",
-              *([f"--data_path={args.data_path}"] if args.data_path else [])]
-    verify = [*python, os.path.join(REPO, "verify.py"), *shared, f"--steps={args.verify_steps}",
-              f"--warmup_steps={min(args.warmup_steps, args.verify_steps // 4)}", f"--workers={args.workers}",
-              f"--ps={args.ps}", f"--results_dir={args.results_dir}", "--ckpt_dir=checkpoints/submission",
-              *([f"--hosts={','.join(f'{h}:{n}' for h, n in args.hosts)}"] if args.hosts else []),
-              *([f"--runs=reference,{','.join(args.runs)}"] if args.runs else [])]
-    bench = [*python, "-m", "bench.run", *shared[:1], f"--configs={args.config}", *shared[2:],
-             f"--workers={args.workers}", f"--net={args.net}", f"--steps={args.bench_steps}",
-             f"--warmup_steps={args.warmup_steps}", f"--results_dir={args.results_dir}",
-             "--ckpt_dir=checkpoints/submission-bench", f"--runners={','.join(args.bench_runs)}"]
-    predict = [*python, "-m", "bench.predict", "--parallax", f"--results_dir={args.results_dir}"]
-    report = [*python, "-m", "reporting", f"--results_dir={os.path.join(args.out, 'results')}",
+    s = args.settings
+    report = [sys.executable, "-m", "reporting", f"--results_dir={os.path.join(args.out, 'results')}",
               f"--out_dir={os.path.join(args.out, 'report')}", f"--student={os.path.join(args.out, 'student.md')}"]
-    steps = [("verify", verify), ("bench", bench), ("predict", predict), ("report", report)]
-    return steps[-1:] if args.report_only else steps
+    if args.report_only:
+        return [("report", report)]
+    return [("verify", verify_command(s, args.results_dir, "checkpoints/submission")),
+            ("bench", bench_command(s, args.results_dir, "checkpoints/submission-bench", s["bench_steps"],
+                                    s["warmup_steps"], s["bench_runs"])),
+            ("predict", [sys.executable, "-m", "bench.predict", "--parallax", f"--results_dir={args.results_dir}"]),
+            ("report", report)]
 
 
 def run(what, argv):
@@ -129,12 +148,8 @@ def main():
     student_path = os.path.join(args.out, "student.md")
     record = {
         "made": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": {"model": args.model, "config": args.config, "workers": args.workers, "ps": args.ps,
-                     "seed": args.seed, "data": args.data_path or "synthetic", "verify_steps": args.verify_steps,
-                     "bench_steps": args.bench_steps, "warmup_steps": args.warmup_steps, "net": args.net,
-                     "hosts": [f"{h}:{n}" for h, n in args.hosts or []], "runs": args.runs,
-                     "bench_runs": args.bench_runs},
-        **manifest.code(models.path_of(args.model), args.out),
+        "settings": args.settings,
+        **manifest.code(models.path_of(args.settings["model"]), args.out),
         "commands": earlier.get("commands", []) + done,
         "hosts": manifest.hosts(args.results_dir),
         "student": {"file": "student.md", "sha256": manifest.digest(student_path)},

@@ -328,10 +328,9 @@ def run_job(args, starter):
         results.write_json(results.network_path(runner_args.results_dir, runner_args.run_name),
                            counter.result(tasks))
     if status == 0:
+        servers = [] if args.architecture == "horovod" else ps_hosts
         results.write_json(results.hosts_path(runner_args.results_dir, runner_args.run_name),
-                           {"run": runner_args.run_name, "hosts": hosts_of(starter, worker_hosts,
-                                                                   [] if args.architecture == "horovod" else ps_hosts)},
-                           "hosts")
+                           {"run": runner_args.run_name, "hosts": hosts_of(starter, worker_hosts, servers)}, "hosts")
     return status
 
 

@@ -64,21 +64,20 @@ def print_placement(runner, params, kinds):
                   f"{size:>11,d} bytes  {part.device}", flush=True)
 
 
-GATHERS = {"ResourceGather", "GatherV2", "Gather"}
-PASS_THROUGH = {"ReadVariableOp", "Identity", "VarHandleOp", "VariableV2", "Enter", "Switch", "Merge"}
+GATHERS = {"ResourceGather", "GatherV2"}
+READS = {"ReadVariableOp", "Identity"}  # a value passed on whole, as a cached read (variables.py, `whole`)
 
 
 def looked_up(variable):
     """Whether `variable` (any part of it) is read by rows in its graph: a gather of it, or of a read of it."""
-    frontier = [part.handle if hasattr(part, "handle") else part._ref() if hasattr(part, "_ref") else part
-                for part in tf.nest.flatten(variable)]
+    frontier = [part.handle for part in tf.nest.flatten(variable)]
     seen = set()
     while frontier:
         tensor = frontier.pop()
         for consumer in tensor.consumers():
             if consumer.type in GATHERS and consumer.inputs[0] is tensor:
                 return True
-            if consumer.type in PASS_THROUGH and consumer.name not in seen:
+            if consumer.type in READS and consumer.name not in seen:
                 seen.add(consumer.name)
                 frontier.extend(consumer.outputs)
     return False
