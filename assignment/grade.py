@@ -32,6 +32,7 @@ def parse_flags(argv=None):
                          f"others' compared within a factor {BAND}", flag_values=parser)
     flags.DEFINE_string("out", "grade", "where the rerun's results and checkpoints go", flag_values=parser)
     args = flags.parse(parser, argv)
+    manifest.head()  # the tree the submission is checked against
     path = os.path.join(args.submission, manifest.FILE)
     if not os.path.exists(path):
         raise harness.UsageError(f"--submission: no {path} (make submission writes it)")
@@ -62,7 +63,7 @@ def code_problems(args):
     differing = [path for path in sorted(set(now) | set(then)) if path != model_file
                  and now.get(path, "as committed") != then.get(path, "as committed")]
     if differing:
-        head = manifest.git("rev-parse", "HEAD").strip()
+        head = manifest.head()
         found.append(f"{len(differing)} file(s) differ from the code the submission was made from (commit "
                      f"{commit[:12]}{' with changes' if then else ''}; this tree: {head[:12]}): "
                      f"{', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}")
@@ -142,7 +143,8 @@ def bench_problems(args):
 
 def main():
     args = parse_flags(sys.argv[1:])
-    shutil.rmtree(args.out, ignore_errors=True)  # an earlier grade's rerun must not stand for this one
+    for made in ("results", "checkpoints"):  # an earlier grade's rerun must not stand for this one
+        shutil.rmtree(os.path.join(args.out, made), ignore_errors=True)
     record = args.manifest
     print(f"grade: {args.submission}: {args.settings['model']} ({args.settings['config']}), W = "
           f"{args.settings['workers']}, made {record['made']} at commit {record['commit'][:12]}"

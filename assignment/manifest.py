@@ -6,7 +6,7 @@ import hashlib
 import os
 import subprocess
 
-from harness import REPO, results
+from harness import REPO, UsageError, results
 
 FILE = "manifest.json"
 
@@ -25,6 +25,15 @@ def digest(path):
 
 def git(*args):
     return subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, check=True).stdout
+
+
+def head():
+    """The repository's current commit; a UsageError where there is none (no git, or a copy without history)."""
+    try:
+        return git("rev-parse", "HEAD").strip()
+    except (OSError, subprocess.CalledProcessError):
+        raise UsageError(f"{REPO} is not a git repository with a commit: a submission is tied to one (clone it, or "
+                         f"git init and commit)") from None
 
 
 def changed_files(commit, outside):
@@ -46,7 +55,7 @@ def in_repository(path):
 def code(model_path, out):
     """The code a submission in `out` is made from: the commit, the files that differ from it (`out` aside), the
     model file (relative to the repository when inside it) and its digest."""
-    commit = git("rev-parse", "HEAD").strip()
+    commit = head()
     changed = changed_files(commit, in_repository(out))
     return {"commit": commit, "dirty": bool(changed), "changed": changed,
             "model": {"file": in_repository(model_path) or os.path.abspath(model_path), "sha256": digest(model_path)}}

@@ -48,6 +48,7 @@ def parse_flags(argv=None):
     flags.DEFINE_boolean("report_only", False, "typeset the report again from <out>/results and student.md",
                          flag_values=parser)
     args = flags.parse(parser, argv)
+    manifest.head()  # the commit the submission will be tied to
     args.earlier = {}
     if args.report_only:  # the settings the submission was made with
         path = os.path.join(args.out, manifest.FILE)

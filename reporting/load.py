@@ -14,6 +14,7 @@ class Run:
     name: str          # run_name: results/<name>.json and .jsonl
     summary: dict
     steps: list        # the per-step records, in order
+    hosts: list = None  # <name>.hosts.json's hosts (the launcher's): each host's tasks and environment
 
 
 @dataclasses.dataclass
@@ -123,7 +124,9 @@ def load(directory):
         name = os.path.basename(path)[:-len(".json")]
         steps_path = results.steps_path(directory, name)
         steps = results.read_lines(steps_path, "step") if os.path.exists(steps_path) else []
-        runs[name] = Run(name, summary, [record for _, record in steps])
+        hosts_path = results.hosts_path(directory, name)
+        hosts = results.read_json(hosts_path, "hosts")["hosts"] if os.path.exists(hosts_path) else None
+        runs[name] = Run(name, summary, [record for _, record in steps], hosts)
     return Results(verify, runs, _optional_lines(directory, results.BENCH, "bench", _bench_row),
                    _optional_lines(directory, results.PREDICTIONS, "prediction", _prediction),
                    _optional_lines(directory, results.PARALLAX, "parallax point", _parallax_point),

@@ -68,7 +68,12 @@ def comparison_section(found):
 
 
 def environment_section(results):
-    recorded = [(run.name, run.summary.get("environment") or {}) for run in results.runs.values()]
+    recorded = []
+    for run in results.runs.values():  # each host the launcher recorded, else the chief's, as the summary has it
+        summary = run.summary.get("environment") or {}
+        recorded += [(run.name, {**summary, **host["environment"],
+                                 "hostnames": [host["environment"].get("hostname", host["host"])]})
+                     for host in run.hosts or []] or [(run.name, summary)]
     recorded += [(f"bench {row.name} W={row.workers}", row.environment) for row in results.bench or []
                  if row.environment]
     environments = {}
@@ -85,8 +90,9 @@ def environment_section(results):
     rows.append(["links", *(_links(results, names) for _, names in columns)])
     return blocks.section(
         "Environment",
-        blocks.paragraph("Where the measured runs ran, as each run's summary records it (the chief's machine); "
-                         "runs that ran in the same environment share a column."),
+        blocks.paragraph("Where the measured runs ran: every host of a distributed run, as the launcher recorded "
+                         "it (<run>.hosts.json), else the chief's machine, as the run's summary records it; runs "
+                         "that ran in the same environment share a column."),
         blocks.table(header, rows, "The environment of the runs."),
         blocks.paragraph("Runs per column: " + "; ".join(f"{i + 1}: {', '.join(names)}"
                                                          for i, (_, names) in enumerate(columns)))

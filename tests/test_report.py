@@ -308,3 +308,20 @@ def test_several_models_read_as_one_document_each_described_as_it_is(verified, t
     assert ("every gradient of this model is dense (embedding: looked up by rows, but also read whole" in dense
             and "no sparse variable" in dense and "the sparse gradient of" not in dense[:3000])
     assert "the sparse gradient of embedding is allgathered" in sparse
+
+
+def test_the_environment_names_every_host_the_launcher_recorded(verified, tmp_path):
+    """A run whose tasks ran on two hosts (its hosts.json, as the launcher writes it across nodes): a column for
+    each host's machine, beside this machine's for the other runs."""
+    results = tmp_path / "results"
+    shutil.copytree(verified, results)
+    own = json.loads((results / "verify-tf.hosts.json").read_text())["hosts"][0]["environment"]
+    hosts = [{"host": name, "tasks": tasks, "environment": {**own, "hostname": name, "cpu_model": f"{name}'s CPU"}}
+             for name, tasks in (("node1", ["worker0", "ps0"]), ("node2", ["worker1"]))]
+    (results / "verify-tf.hosts.json").write_text(json.dumps({"run": "verify-tf", "hosts": hosts}))
+    result = make_report(results, tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    text = pdf_text(tmp_path / "out/report.pdf")
+    section = text[text.index("Environment Where the measured runs ran"):text.index("How each architecture")]
+    assert "node1 node2" in section and "node1's CPU node2's CPU" in section, section
+    assert own["cpu_model"] in section  # the other runs, on this machine

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from pypdf import PdfReader
@@ -201,3 +202,11 @@ def test_make_submission_s_bench_leaves_out_the_assignment_s_warm_up_by_default(
     assert "--steps=150" in steps["bench"] and "--warmup_steps=50" in steps["bench"]
     assert "--steps=60" in steps["verify"] and "--runs=" not in " ".join(steps["verify"])
     assert "--runners=tf,horovod,parallax" in steps["bench"]
+
+
+def test_a_copy_without_git_history_is_one_line_and_exit_2(tmp_path, assert_usage_error):
+    """A submission is tied to a commit: a downloaded copy of the code (no .git) cannot make or grade one."""
+    subprocess.run(f"git -C {REPO} archive HEAD | tar -x -C {tmp_path}", shell=True, check=True)
+    result = subprocess.run([sys.executable, "-m", "assignment.grade"], cwd=tmp_path, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert_usage_error(result, "is not a git repository with a commit")
