@@ -26,7 +26,8 @@
 #   HOSTS     host:slots,... to run the tasks on over ssh (distributed runners, verify)
 #   CKPT_DIR  checkpoint directory; empty: checkpoints/<runner>
 #   NET       an emulated cluster: each machine a network namespace, its link shaped to this rate (100mbit,
-#             1gbit; needs root); empty: loopback. DELAY adds latency where the kernel has netem (not here)
+#             1gbit; needs root); empty: loopback (make bench: 100mbit as root). DELAY adds latency where the kernel
+#             has netem (not here)
 #   ARGS      any other flags, passed through
 #   FAULTS    make verify FAULTS=1: also kill a task of tf, horovod and parallax and resume each (verify.py)
 #   MINUTES   make soak: rounds of crashes start for this long (20); SEED draws the crashes (bench/soak.py)
@@ -86,7 +87,7 @@ RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(
         check report submission submission-report grade clean
 
 setup: .venv/.setup-done
-.venv/.setup-done: requirements.txt scripts/setup.sh
+.venv/.setup-done: requirements.txt scripts/setup.sh launcher/gloo_hostname.c
 	PYTHON=$(SETUP_PYTHON) bash scripts/setup.sh
 	touch $@
 
@@ -106,7 +107,7 @@ run: setup
 # HOSTS=h1:2,h2:2 starts the tasks on those hosts over ssh: the workers fill the slots in order, the
 # parameter servers go round the hosts. The repository, its .venv and the working directory must be at the
 # same paths on every host, reachable by ssh keys (BatchMode).
-LAUNCH = $(PYTHON) -m harness.launch $(1) --workers=$(WORKERS) $(if $(HOSTS),--hosts=$(HOSTS)) \
+LAUNCH = $(PYTHON) -m launcher $(1) --workers=$(WORKERS) $(if $(HOSTS),--hosts=$(HOSTS)) \
          $(if $(NET),--net=$(NET)) $(if $(DELAY),--delay=$(DELAY))
 
 run-tf: setup
@@ -128,16 +129,16 @@ verify: setup
 	    --ps=$(PS) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(NET),--net=$(NET)) $(if $(DELAY),--delay=$(DELAY)) \
 	    $(if $(CKPT_DIR),--ckpt_dir=$(CKPT_DIR)) $(if $(filter 1,$(FAULTS)),--faults) $(ARGS)
 
-# The architectures on an emulated cluster (bench/run.py): NET (default 100mbit; NET=1gbit,10gbit sweeps each)
-# per machine link, one worker and one parameter server per machine; RESULTS/MODEL/bench.jsonl and a table per config
+# The architectures on an emulated cluster (bench/run.py): NET (default 100mbit as root, else loopback, unshaped;
+# NET=1gbit,10gbit sweeps each) per machine link, one worker and one parameter server per machine; HOSTS=h1:1,h2:1:
+# on those machines instead, their links measured first (W = their slots, a parameter server each); RESULTS/MODEL/bench.jsonl and a table per config
 # and rate. BENCH=quick: a few minutes.
 # BENCH=crossover: allgather against the hybrid at W = 2-8 on lm1b-sparse (RESULTS/lstm/bench-crossover.jsonl).
 bench: setup
-	$(if $(HOSTS),$(error HOSTS=: make bench emulates its machines on this one))
 ifeq ($(BENCH),validate)
 	$(PYTHON) -m bench.validate --results_dir=$(RESULTS) $(ARGS)
 else
-	$(PYTHON) -m bench.run --net=$(or $(NET),100mbit) --model=$(MODEL) $(if $(CONFIG),--configs=$(CONFIG)) \
+	$(PYTHON) -m bench.run $(if $(NET),--net=$(NET)) $(if $(HOSTS),--hosts=$(HOSTS)) --model=$(MODEL) $(if $(CONFIG),--configs=$(CONFIG)) \
 	    --results_dir=$(RESULTS_DIR) \
 	    $(call given,WORKERS,--workers=$(WORKERS)) $(call given,PS,--ps=$(PS)) $(if $(DELAY),--delay=$(DELAY)) \
 	    $(call given,STEPS,--steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
@@ -167,10 +168,11 @@ cluster: setup
 cluster-down: setup
 	$(PYTHON) -m cluster down
 
-# What would stop a run on each of HOSTS (harness/preflight.py; every HOSTS= and Slurm launch runs it first): ssh,
-# the same commit, .venv with Horovod, the working directory, interface, ports, clock. One line per problem; exit 2.
+# What would stop a run on each of HOSTS (launcher/preflight.py; every HOSTS= and Slurm launch runs it first): ssh,
+# the same commit, versions and MODEL file, .venv with Horovod, the working directory, interface, ports, clock; names
+# and ports between the hosts. One line per problem; exit 2.
 check: setup
-	$(PYTHON) -m harness.preflight $(if $(HOSTS),--hosts=$(HOSTS)) $(ARGS)
+	$(PYTHON) -m launcher.preflight $(if $(HOSTS),--hosts=$(HOSTS)) --model=$(MODEL) $(ARGS)
 
 # The PDF report, from RESULTS alone (make verify and make bench first; what they did not write is named
 # as missing in the report). Writes REPORT/report.pdf, its Typst source (report.typ, data.json) and figures.
@@ -213,7 +215,7 @@ docker-engine:
 docker-build: docker-engine
 	bash docker/build.sh $(DOCKER_IMAGE) $(DOCKER_BASE)
 
-# make verify with every task, the reference's too, in a container of its own (harness/starters/docker.py);
+# make verify with every task, the reference's too, in a container of its own (launcher/starters/docker.py);
 # the table and RESULTS/MODEL/verify.json on this machine, as make verify writes them. DATA must lie under this
 # directory, the one the containers see.
 docker-verify: setup docker-build

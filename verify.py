@@ -18,10 +18,11 @@ import time
 import numpy as np
 
 import harness
-from harness import REPO, experiments, flags, launch, models, preflight, results, runner_flags
+from harness import REPO, experiments, flags, models, results, runner_flags
 from harness.experiments import RUNS
-from harness.starters import docker
-from harness.starters.ssh import Ssh
+from launcher import launch, preflight
+from launcher.starters import docker
+from launcher.starters.ssh import Ssh
 
 import checkpoints_compare
 
@@ -34,14 +35,14 @@ def parse_flags(argv=None):
     flags.DEFINE_integer("workers", 2, "workers of every distributed run", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("ps", 1, "parameter-server tasks", lower_bound=1, flag_values=parser)
     flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: the distributed runs on these hosts over "
-                        "ssh (python -m harness.launch --help)", parser)
+                        "ssh (python -m launcher --help)", parser)
     flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts", flag_values=parser)
     flags.DEFINE_string("net", None, "RATE: the distributed runs on an emulated cluster, every machine a network "
-                        "namespace, its link shaped to RATE (python -m harness.launch --help)", flag_values=parser)
-    flags.DEFINE_string("delay", None, "with --net: added latency per link direction (harness.launch --delay)",
+                        "namespace, its link shaped to RATE (python -m launcher --help)", flag_values=parser)
+    flags.DEFINE_string("delay", None, "with --net: added latency per link direction (launcher --delay)",
                         flag_values=parser)
     flags.DEFINE_boolean("slurm", False, "the distributed runs as Slurm job steps in the allocation this runs in "
-                         "(slurm/verify.sbatch; python -m harness.launch --help)", flag_values=parser)
+                         "(slurm/verify.sbatch; python -m launcher --help)", flag_values=parser)
     flags.DEFINE_string("docker", None, "IMAGE: every task of every run, the reference's too, in a container of its "
                         "own from this image (make docker-verify)", flag_values=parser)
     flags.DEFINE_finite_float("rtol", None, "relative tolerance (when the verdict allows one; default: the "
@@ -74,7 +75,7 @@ def parse_flags(argv=None):
     for name in args.runs:  # every run's flags, checked now rather than minutes in, when the run starts
         check_run_flags(args, name)
     if args.hosts:  # every host ready, the working directory where verify reads the runs' results shared
-        preflight.check(Ssh(args.hosts, args.ssh_config), require_shared=True)
+        preflight.check(Ssh(args.hosts, args.ssh_config), require_shared=True, model=models.path_of(args.model))
     return args
 
 
@@ -120,7 +121,7 @@ def command(args, name, resume=False):
     if not run.architecture:
         argv = [sys.executable, os.path.join(REPO, "run.py"), f"--emulate_workers={args.workers}", *shared]
         # In a container too: the reference runs on the TensorFlow of the runs it is compared with.
-        return [sys.executable, "-m", "harness.starters.docker", f"--image={args.docker}", "--name=reference", "--",
+        return [sys.executable, "-m", "launcher.starters.docker", f"--image={args.docker}", "--name=reference", "--",
                 *argv] if args.docker else argv
     hosts = [f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}",
              "--require_shared_workdir"] if args.hosts else []
@@ -128,7 +129,7 @@ def command(args, name, resume=False):
     slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
     containers = [f"--docker={args.docker}"] if args.docker else []
     net = [f"--{name}={getattr(args, name)}" for name in ("net", "delay") if getattr(args, name)]
-    return [sys.executable, "-m", "harness.launch", run.architecture, f"--workers={args.workers}",
+    return [sys.executable, "-m", "launcher", run.architecture, f"--workers={args.workers}",
             f"--ps={args.ps}", *hosts, *ssh_config, *slurm, *containers, *net, *fault, "--", *shared]
 
 

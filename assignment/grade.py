@@ -44,6 +44,12 @@ def parse_flags(argv=None):
         args.verify = results.read_json(os.path.join(args.results_dir, results.VERIFY), "verify")
     except (ResultsError, KeyError, TypeError) as error:
         raise harness.UsageError(f"--submission: {path} or its results cannot be read: {error}")
+    if args.bench and args.settings["hosts"]:
+        raise harness.UsageError(f"--bench: the submission's bench ran on its hosts "
+                                 f"({', '.join(args.settings['hosts'])}): grade without BENCH=1")
+    if args.bench and args.settings["net"] != "loopback" and os.geteuid() != 0:  # not comparable on loopback
+        raise harness.UsageError(f"--bench: the submission's bench emulated links of {args.settings['net']}, which "
+                                 f"needs root here: grade without BENCH=1, or as root")
     return args
 
 

@@ -33,8 +33,8 @@ def parse_flags(argv=None):
     flags.DEFINE_integer("ps", 1, "parameter-server tasks", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("seed", 1, "the seed of every run", lower_bound=0, flag_values=parser)
     flags.DEFINE_string("data_path", "", "a text in PTB's format; default: the synthetic corpus", flag_values=parser)
-    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: verify's distributed runs on these hosts",
-                        parser)
+    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: verify's distributed runs and the bench "
+                        "on these hosts", parser)
     flags.DEFINE_integer("verify_steps", 60, "steps of verify's runs", lower_bound=4, flag_values=parser)
     flags.DEFINE_integer("bench_steps", BENCH_STEPS, "steps of each bench run", lower_bound=2, flag_values=parser)
     flags.DEFINE_integer("warmup_steps", WARMUP_STEPS, "first steps of each bench run left out of its throughput "
@@ -43,7 +43,8 @@ def parse_flags(argv=None):
     flags.DEFINE_list("bench_runs", list(rubric.ARCHITECTURES), "the bench's runs: the three the assignment "
                       "compares; their variants (horovod-dense, parallax-local, ...) cost as long again each",
                       flag_values=parser)
-    flags.DEFINE_string("net", "100mbit", "the bench's emulated link rate per machine", flag_values=parser)
+    flags.DEFINE_string("net", "100mbit" if os.geteuid() == 0 else "loopback", "the bench's emulated link rate per "
+                        "machine; loopback: not emulated (the default without root)", flag_values=parser)
     flags.DEFINE_string("out", "submission", "where the submission goes", flag_values=parser)
     flags.DEFINE_boolean("report_only", False, "typeset the report again from <out>/results and student.md",
                          flag_values=parser)
@@ -88,8 +89,9 @@ def verify_command(settings, results_dir, ckpt_dir):
 
 def bench_command(settings, results_dir, ckpt_dir, steps, warmup_steps, runs):
     """The bench of a submission's config at its workers and link rate: `runs` for `steps` steps each."""
+    machines = [f"--hosts={','.join(settings['hosts'])}"] if settings["hosts"] else [f"--net={settings['net']}"]
     return [sys.executable, "-m", "bench.run", *run_flags(settings, "configs"), f"--workers={settings['workers']}",
-            f"--net={settings['net']}", f"--steps={steps}", f"--warmup_steps={warmup_steps}",
+            *machines, f"--steps={steps}", f"--warmup_steps={warmup_steps}",
             f"--runners={','.join(runs)}", f"--results_dir={results_dir}", f"--ckpt_dir={ckpt_dir}"]
 
 

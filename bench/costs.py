@@ -17,11 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 import harness
-from harness import environment, flags, launch, results, tasks
+from harness import environment, flags, results
+from launcher import launch, tasks
 from harness.update import Adagrad
 from harness.variables import deduplicate
-from harness.starters import mpirun, netns
-from harness.starters.local import LocalProcess
+from launcher.starters import mpirun, netns
+from launcher.starters.local import LocalProcess
 
 from bench import protocol_probe
 

@@ -1,9 +1,10 @@
 """One task of bench/costs.py's protocol measurements on an emulated two-machine cluster (or under mpirun).
 --probe=grpc: worker0 times pulls from and pushes to ps0 over gRPC; --probe=collective: every rank times Horovod's
 allreduce and allgather, then its idle background CPU; --probe=beside: allreduce every --period seconds until
---stop_file exists. Rank 0 writes --timings_file, {operation: {size: [seconds]}} plus "cpu_seconds" (a file, as
+--stop_file exists (with --hosts, one rank a slot of those hosts, started over ssh as make bench HOSTS= starts its). Rank 0 writes --timings_file, {operation: {size: [seconds]}} plus "cpu_seconds" (a file, as
 mpirun interleaves its ranks' lines). docs/bench.md explains the measurements."""
 import os
+import sys
 import time
 
 from harness import determinism
@@ -30,6 +31,8 @@ def parse_flags():
                        flag_values=parser)
     flags.DEFINE_string("ready_file", None, "beside: written once the first allreduce is done", flag_values=parser)
     flags.DEFINE_string("stop_file", None, "beside: its existence stops every rank", flag_values=parser)
+    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: start the ranks there over ssh, with the "
+                        "launcher's rendezvous here", parser)
     args = flags.parse(parser)
     if args.probe is None:
         raise harness.UsageError("--probe: say what to time (grpc, collective or beside)")
@@ -160,8 +163,25 @@ def beside_probe(args):
         time.sleep(max(0.0, args.period - (time.perf_counter() - started)))
 
 
+def on_hosts(args):
+    """Run this probe as Horovod ranks on the slots of --hosts (ssh), as the launcher starts a Horovod job."""
+    from launcher import launch, tasks
+    from launcher.starters.ssh import Ssh
+    argv = [sys.executable, os.path.abspath(__file__), *(a for a in sys.argv[1:] if not a.startswith("--hosts"))]
+    starter = Ssh(args.hosts)
+    workers = tasks.place(sum(slots for _, slots in args.hosts), 0, args.hosts)[0]
+    environments, stop_rendezvous = launch.horovod_environments(workers, starter=starter)
+    try:
+        return tasks.run_tasks([tasks.Task(f"worker{r}", argv, {"PYTHONPATH": harness.REPO, **environment}, host)
+                                for r, (host, environment) in enumerate(zip(workers, environments))], starter)
+    finally:
+        stop_rendezvous()
+
+
 def main():
     args = parse_flags()
+    if args.hosts:
+        return on_hosts(args)
     return {"grpc": grpc_probe, "collective": collective_probe, "beside": beside_probe}[args.probe](args)
 
 

@@ -24,14 +24,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if not __package__:  # run as a file (python bench/run.py): the repository's packages are beside bench/
     sys.path.insert(0, REPO)
 import harness.determinism  # (first: it fixes TensorFlow's kernels)
-from harness import environment, experiments, flags, models, results, tasks
+from harness import environment, experiments, flags, models, results
+from launcher import preflight, tasks
 from harness.experiments import RUNS
-from harness.starters import netns
+from launcher.starters import netns
+from launcher.starters.ssh import Ssh
 
-from bench import costs, crossover, predict, traffic
+from bench import costs, crossover, link_probe, predict, traffic
 
 CORES = len(os.sched_getaffinity(0))
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+# Without root the machines cannot be emulated: every task runs on this machine's loopback.
+NOT_EMULATED = ("links not emulated: every task on this machine's loopback, unshaped (network namespaces need "
+                "root); no bytes counted, no model applied")
 ASYNCHRONOUS = ("asynchronous: each worker steps at its own pace, so the step time does not compare with the "
                 "model's synchronous step; the bytes are predicted for the workers' paces")
 PEAK_RESIDENT = re.compile(rf"^launch: {tasks.TASKS_PEAK_MEMORY}: (.*)$", re.MULTILINE)
@@ -39,8 +44,13 @@ PEAK_RESIDENT = re.compile(rf"^launch: {tasks.TASKS_PEAK_MEMORY}: (.*)$", re.MUL
 
 def parse_flags(argv=None):
     parser = flags.parser("bench", __doc__)
-    flags.DEFINE_parsed("net", [netns.Link.parse("100mbit")], link_list, "every machine's link rate; several "
-                        "(100mbit,1gbit) sweep each in turn", parser)
+    flags.DEFINE_parsed("net", None, link_list, "every machine's link rate; several (100mbit,1gbit) sweep each in "
+                        "turn; loopback: every task on this machine's loopback, unshaped (no root needed). Default: "
+                        "100mbit as root, loopback otherwise", parser)
+    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: run on these machines over ssh (make bench "
+                        "HOSTS=), the links between them measured first (bench.link_probe) and each host's bytes "
+                        "counted on its interface; every host holds a worker and shares this working directory",
+                        parser)
     flags.DEFINE_names("configs", None, "configs to sweep (default: the model's BENCH_CONFIGS, or its first)",
                        parser)
     flags.DEFINE_names("runners", experiments.DISTRIBUTED, "runners to sweep", parser, known=experiments.DISTRIBUTED)
@@ -69,14 +79,34 @@ def parse_flags(argv=None):
     args = flags.parse(parser, argv)
     if args.batch_size:
         raise harness.UsageError("--batch_size: the bench sets each run's (--scaling)")
+    if args.hosts:  # their links are measured (main), not emulated
+        if args.net or args.delay:
+            raise harness.UsageError("--net, --delay: not with --hosts (the hosts' links are measured, not emulated)")
+        if len({host for host, _ in args.hosts}) < 2:
+            raise harness.UsageError("--hosts: two or more hosts (one host's tasks cross no link)")
+        args.net = []
+        for flag in ("results_dir", "ckpt_dir"):  # the hosts write there; this machine reads it back
+            if not os.path.abspath(getattr(args, flag)).startswith(os.path.join(os.getcwd(), "")):
+                raise harness.UsageError(f"--{flag}={getattr(args, flag)}: with --hosts, a directory under this "
+                                         f"working directory, which every host shares")
+    if args.net is None:
+        args.net = [netns.Link.parse("100mbit") if os.geteuid() == 0 else None]
+        if args.net[0] is None:
+            print(f"bench: not root, so {NOT_EMULATED}", flush=True)
+    emulated = [link for link in args.net if link]
+    if emulated and os.geteuid() != 0:
+        raise harness.UsageError(f"--net={','.join(link.rate for link in emulated)}: emulated links need root "
+                                 f"(network namespaces, tc); without root, --net=loopback")
     if args.delay:
+        if len(emulated) < len(args.net):
+            raise harness.UsageError("--delay: not with --net=loopback (nothing is emulated)")
         args.net = [dataclasses.replace(link, delay=args.delay) for link in args.net]
     model = models.load(args.model)
     if args.quick:
         args.repeats, args.workers, args.steps, args.warmup_steps = 1, ["2"], 16, 6
     args.configs = args.configs or ([next(iter(model.CONFIGS))] if args.quick else models.bench_configs(model))
-    if len({link.rate for link in args.net}) < len(args.net):
-        raise harness.UsageError(f"--net: a rate named twice ({', '.join(link.rate for link in args.net)})")
+    if len(set(map(link_name, args.net))) < len(args.net):
+        raise harness.UsageError(f"--net: a rate named twice ({', '.join(map(link_name, args.net))})")
     if args.crossover and len(args.net) > 1:
         raise harness.UsageError("--crossover: one --net rate (the crossover of each rate is a sweep of its own)")
     if args.crossover:
@@ -89,9 +119,16 @@ def parse_flags(argv=None):
         if name not in model.CONFIGS:
             raise harness.UsageError(f"--configs: model {args.model} has no config {name!r} (it has "
                                      f"{', '.join(model.CONFIGS)})")
+    if args.hosts and not parser["workers"].present:  # a worker a slot
+        args.workers = [str(sum(slots for _, slots in args.hosts))]
     if not all(w.isdigit() and int(w) >= 1 for w in args.workers):
         raise harness.UsageError(f"--workers={','.join(args.workers)}: expected worker counts, each at least 1")
     args.workers = [int(w) for w in args.workers]
+    if args.hosts:
+        slots, hosts = sum(slots for _, slots in args.hosts), len(args.hosts)
+        if not all(hosts <= w <= slots for w in args.workers):
+            raise harness.UsageError(f"--workers={','.join(map(str, args.workers))}: with --hosts, from {hosts} (a "
+                                     f"worker on each host) to {slots} (their slots)")
     for name in args.configs:
         for w in args.workers:
             if args.scaling == "strong" and models.config(model, name).batch_size % w:
@@ -101,8 +138,22 @@ def parse_flags(argv=None):
 
 
 def link_list(text):
-    """--net's rates, "100mbit,1gbit": each as netns.Link.parse takes it."""
-    return [netns.Link.parse(rate) for rate in text.split(",")]
+    """--net's rates, "100mbit,1gbit": each as netns.Link.parse takes it; "loopback" as None."""
+    return [None if rate.strip() == "loopback" else netns.Link.parse(rate) for rate in text.split(",")]
+
+
+def link_name(link):
+    return link.rate if link else "loopback"
+
+
+def on_host(args, host, argv):
+    """`argv` as run on `host` (--hosts), or here."""
+    return Ssh(args.hosts).command(host, argv) if args.hosts else argv
+
+
+def worker_hosts(args, num_workers):
+    """Where the launcher puts each worker: a host's slots in order (--hosts), else None each (this machine)."""
+    return tasks.place(num_workers, 0, args.hosts)[0] if args.hosts else [None] * num_workers
 
 
 def common_flags(args, run_name):
@@ -157,7 +208,8 @@ def run_config(args, num_workers):
 def one_device(args):
     """run.py's throughput on one device: the compute of the config's batch, and the base of every speed-up."""
     name = f"bench-{args.config}-one-device"
-    run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name), "--emulate_workers=1"]],
+    run_quietly([on_host(args, worker_hosts(args, 1)[0], [sys.executable, os.path.join(REPO, "run.py"),
+                                                         *common_flags(args, name), "--emulate_workers=1"])],
                 f"run.py (the compute time of {args.config})")
     return results.read_json(results.summary_path(args.runs_dir, name), "summary")["throughput"]
 
@@ -171,11 +223,13 @@ def step_trace(args):
 
 def synchronous_compute(args, num_workers, kind="compute"):
     """(compute seconds of a synchronous W-worker step, the runs' names): the median step of the slowest of W run.py
-    at once on a worker's batch each. Measured, not scaled: copies at once run slower than one alone."""
+    at once on a worker's batch each, each where its worker runs. Measured, not scaled: copies at once on one
+    machine run slower than one alone."""
     batch_size = run_config(args, num_workers).batch_size // num_workers
-    names = [f"bench-{args.config}-{kind}-{args.net.rate}-w{num_workers}-{c}" for c in range(num_workers)]
-    run_quietly([[sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
-                  f"--batch_size={batch_size}"] for name in names],
+    names = [f"bench-{args.config}-{kind}-{link_name(args.net)}-w{num_workers}-{c}" for c in range(num_workers)]
+    run_quietly([on_host(args, host, [sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
+                                      f"--batch_size={batch_size}"])
+                 for name, host in zip(names, worker_hosts(args, num_workers))],
                 f"{num_workers} run.py at once (the compute of {args.config} at W={num_workers})")
     seconds = [[r["seconds"] for _, r in results.read_lines(results.steps_path(args.runs_dir, name), "step")
                 if r["step"] >= args.warmup_steps] for name in names]
@@ -188,12 +242,19 @@ def compute_terms(args, num_workers, dense_bytes):
     """(synchronous_compute's seconds, its runs' names, those seconds beside W Horovod ranks allreducing
     `dense_bytes` once a compute step): the last shows what communication on the shared cores takes."""
     period, names = synchronous_compute(args, num_workers)
-    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile("w+") as log:
+    # the ranks on the cores the workers compute on: this machine's (horovodrun here), or hosts of their own (the
+    # probe's own launch over ssh, the files then shared; there the links, not the cores, may pace the allreduce)
+    apart = args.hosts and not args.shared_cores
+    with tempfile.TemporaryDirectory(dir=args.runs_dir if apart else None) as scratch, \
+            tempfile.TemporaryFile("w+") as log:
         ready, stop = os.path.join(scratch, "ready"), os.path.join(scratch, "stop")
-        job = subprocess.Popen([HOROVODRUN, "--gloo", "-np", str(num_workers), "-H", f"localhost:{num_workers}",
-                                sys.executable, "-m", "bench.protocol_probe", "--probe=beside",
-                                f"--sizes={dense_bytes}", f"--period={period}", f"--ready_file={ready}",
-                                f"--stop_file={stop}"],
+        probe = [sys.executable, "-m", "bench.protocol_probe", "--probe=beside", f"--sizes={dense_bytes}",
+                 f"--period={period}", f"--ready_file={ready}", f"--stop_file={stop}"]
+        placed = worker_hosts(args, num_workers)
+        hosts = ",".join(f"{host}:{placed.count(host)}" for host in dict.fromkeys(placed)) if apart else None
+        job = subprocess.Popen([*probe, f"--hosts={hosts}"] if hosts else
+                               [HOROVODRUN, "--gloo", "-np", str(num_workers), "-H", f"localhost:{num_workers}",
+                                *probe],
                                stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                                env={**os.environ, "PYTHONPATH": REPO})
         seconds = None
@@ -223,14 +284,37 @@ def machine_of_tasks(addresses, workers, servers):
             **{f"ps{p}": index[a] for p, a in enumerate(servers)}}
 
 
+def estimate_costs(args, num_workers):
+    """The costs of the interval's fast end, its point and its slow end: bench.costs's measurements at the links'
+    fast end, median and slow end (bytes only where none were measured: no root), plus the hosts' measured latency
+    on every message (--hosts). The emulated machines all share this machine's cores; hosts their own unless they
+    are one machine (measure_links)."""
+    if args.measured_costs:
+        measured = functools.partial(traffic.Costs.measured, args.measured_costs, num_workers,
+                                     shared_cores=args.shared_cores)
+        estimates = {"lower": measured(quantile="p16"), "point": measured(quantile="median"),
+                     "upper": measured(quantile="p84")}
+    else:
+        estimates = dict.fromkeys(("lower", "point", "upper"), traffic.Costs())
+    estimates["upper"] = dataclasses.replace(estimates["upper"], serial=True)
+    if args.hosts:
+        estimates = {name: with_latency(c, args.net.latency_seconds) for name, c in estimates.items()}
+    return estimates
+
+
+def with_latency(costs, seconds):
+    """`costs` with `seconds` more on every message of every transport."""
+    transports = set(costs.transports.values())
+    return dataclasses.replace(costs, message_seconds={t: costs.message_seconds.get(t, 0.0) + seconds
+                                                       for t in transports | set(costs.message_seconds)})
+
+
 def model_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
                 beside_seconds, alone_seconds, trace):
     """The traffic model's bytes per machine [(sent, received)] and the step-time terms (fields in docs/outputs.md).
     docs/bench.md, "The model: an interval and a point", explains the lower, point and upper estimates."""
-    # the emulated machines all share this machine's cores; the link's fast end, median and slow end
-    measured = functools.partial(traffic.Costs.measured, args.measured_costs, num_workers, shared_cores=CORES)
-    costs = {"lower": measured(quantile="p16"), "point": measured(quantile="median"),
-             "upper": dataclasses.replace(measured(quantile="p84"), serial=True)}
+    costs = estimate_costs(args, num_workers)
+    cores = args.cores
     def protocol_cpu(architecture):
         return traffic.protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of,
                                             partitions, costs=costs["upper"])
@@ -239,7 +323,7 @@ def model_terms(args, architecture, variables, rows, num_workers, num_ps, machin
     interference = (max(0.0, beside_seconds - compute_term) * protocol_cpu(architecture) / beside_cpu
                     if beside_cpu else 0.0)
     # a worker's share of it: at most min(W, cores) of the W copies computed at any moment
-    own_compute = alone_seconds + interference * min(num_workers, CORES) / num_workers
+    own_compute = alone_seconds + interference * min(num_workers, cores) / num_workers
     def network(estimate, **overlaps):
         return traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
                                args.net.bits_per_second / 8, partitions, costs=costs[estimate], **overlaps)
@@ -247,9 +331,9 @@ def model_terms(args, architecture, variables, rows, num_workers, num_ps, machin
                                                ready=trace["ready"])
     lower_network, upper_network = network("lower", overlap_phases=True)[1], network("upper")[1]
     # Horovod's background threads each take their share of a core all the time
-    background = 0.0 if architecture == "ps" else own_compute * num_workers * costs["point"].background_share / CORES
+    background = 0.0 if architecture == "ps" else own_compute * num_workers * costs["point"].background_share / cores
     path = own_compute + background + update + point_network
-    lower_compute = alone_seconds * max(1.0, num_workers / CORES)
+    lower_compute = alone_seconds * max(1.0, num_workers / cores)
     lower = max(lower_compute + update, lower_network)
     upper = compute_term + update + interference + background + upper_network
     return predicted, {"compute_seconds": compute_term, "lower_compute_seconds": lower_compute,
@@ -262,53 +346,73 @@ def model_terms(args, architecture, variables, rows, num_workers, num_ps, machin
 
 
 def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, trace):
-    """Run one combination and return its bench.jsonl record (or a skip record)."""
+    """Run one combination and return its bench.jsonl record (or a skip record); `compute` and `trace` are None
+    on loopback, where no model applies."""
     run = RUNS[runner]
     architecture, runner_flags = run.architecture, list(run.flags)
     batch_size = run_config(args, num_workers).batch_size
-    machines = num_workers
-    num_ps = args.ps or machines
-    addresses = netns.machine_addresses(machines)
-    workers, servers = netns.place(addresses, num_workers, num_ps)  # where the launcher will put them
+    machines = len(args.hosts) if args.hosts else num_workers if args.net else 1
+    num_ps = args.ps or machines if args.hosts else args.ps or num_workers
     # With parameter servers, every sparse variable in one part per server (round robin), as Parallax runs it.
     partitions = num_ps if architecture in ("tf", "parallax") else 1
     if partitions > 1:
         runner_flags = [*runner_flags, f"--partitions={partitions}"]
-    machine_of = machine_of_tasks(addresses, workers, servers)
-    compute_term, compute_run_names, beside_seconds = compute
-    # one worker's compute alone: one device's step, per row of a worker's batch (under strong scaling a worker
-    # has fewer rows than one device, and fewer rows cost at least their share)
-    alone = one_device_throughput["median_step_seconds"] * batch_size / num_workers / run_config(args, 1).batch_size
-    predicted, terms = model_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of, partitions,
-                                   compute_term, beside_seconds, alone, trace)
     record = {"runner": runner, "architecture": architecture, "runner_flags": runner_flags, "config": args.config,
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": models.units_per_step(models.load(args.model), run_config(args, num_workers)),
               "workers": num_workers, "ps": num_ps, "steps": args.steps, "warmup_steps": args.warmup_steps,
-              "partitions": partitions, "machines": machines, "link": str(args.net),
-              "bits_per_second": args.net.bits_per_second, "repeat": repeat,
-              "one_device_words_per_sec": one_device_throughput["median"], "unit": one_device_throughput["unit"],
+              "partitions": partitions, "machines": machines, "link": args.net and str(args.net),
+              "emulated": isinstance(args.net, netns.Link), "bits_per_second": args.net and args.net.bits_per_second,
+              "repeat": repeat, "one_device_words_per_sec": one_device_throughput["median"],
+              "unit": one_device_throughput["unit"],
               "compute_seconds_one_device": one_device_throughput["median_step_seconds"],
-              "compute_run_names": compute_run_names, "cores_shared": num_workers > CORES,
-              "predicted_bytes_per_step": [{"sent": s, "received": r} for s, r in predicted]}
-    point = terms["point_seconds"]
-    if point * args.steps > args.max_run_seconds:
-        return dict(record, skipped=f"its point estimate is {point:.1f} s a step, "
-                                    f"{point * args.steps / 60:.0f} minutes for {args.steps} steps "
-                                    f"(--max_run_seconds={args.max_run_seconds})")
-    run_name = f"bench-{args.config}-{runner}-{args.net.rate}-w{num_workers}-r{repeat}"
-    output = run_quietly([[sys.executable, "-m", "harness.launch", architecture, f"--workers={num_workers}",
-                           f"--ps={num_ps}", f"--net={args.net.rate}",
-                           *([f"--delay={args.net.delay}"] if args.net.delay else []),
+              "cores_shared": num_workers > args.cores}
+    if args.hosts:
+        record.update(link_probe=args.net.record(), latency_seconds=args.net.latency_seconds)
+    if args.net:
+        if args.hosts:
+            addresses = [host for host, _ in args.hosts]
+            workers, servers = tasks.place(num_workers, num_ps, args.hosts)  # where the launcher will put them
+        else:
+            addresses = netns.machine_addresses(machines)
+            workers, servers = netns.place(addresses, num_workers, num_ps)
+        machine_of = machine_of_tasks(addresses, workers, servers)
+        compute_term, compute_run_names, beside_seconds = compute
+        # one worker's compute alone: one device's step, per row of a worker's batch (under strong scaling a worker
+        # has fewer rows than one device, and fewer rows cost at least their share)
+        alone = (one_device_throughput["median_step_seconds"] * batch_size / num_workers /
+                 run_config(args, 1).batch_size)
+        predicted, terms = model_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of,
+                                       partitions, compute_term, beside_seconds, alone, trace)
+        record.update(compute_run_names=compute_run_names,
+                      predicted_bytes_per_step=[{"sent": s, "received": r} for s, r in predicted])
+        point = terms["point_seconds"]
+        if point * args.steps > args.max_run_seconds:
+            return dict(record, skipped=f"its point estimate is {point:.1f} s a step, "
+                                        f"{point * args.steps / 60:.0f} minutes for {args.steps} steps "
+                                        f"(--max_run_seconds={args.max_run_seconds})")
+    run_name = f"bench-{args.config}-{runner}-{link_name(args.net)}-w{num_workers}-r{repeat}"
+    links = ([f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}", "--count_bytes",
+              "--require_shared_workdir"] if args.hosts else
+             [f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else [])] if args.net else [])
+    output = run_quietly([[sys.executable, "-m", "launcher", architecture, f"--workers={num_workers}",
+                           f"--ps={num_ps}", *links,
                            "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags]],
                          f"{runner} at W={num_workers}")
     summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
-    counted = results.read_json(results.network_path(args.runs_dir, run_name))
-    measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
     step = summary["throughput"]["median_step_seconds"]
     record = dict(record, run_name=run_name, throughput=summary["throughput"],
-                  tasks_peak_resident_bytes=tasks_peak_resident_bytes(output),
-                  measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
+                  tasks_peak_resident_bytes=tasks_peak_resident_bytes(output))
+    if not args.net:
+        unmodelled = ("predicted_bytes_per_step", "measured_bytes_per_step", "bytes_measured_over_predicted",
+                      "compute_seconds", "network_seconds", "point_seconds", "lower_seconds", "upper_seconds",
+                      "step_over_point", "inside_interval")
+        return dict(record, outside_the_model=NOT_EMULATED, **dict.fromkeys(unmodelled))
+    counted = results.read_json(results.network_path(args.runs_dir, run_name))
+    if args.hosts:
+        record["hosts"] = results.read_json(results.hosts_path(args.runs_dir, run_name), "hosts")["hosts"]
+    measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
+    record = dict(record, measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
                   measured_steps_counted=counted["steps"])
     if run.asynchronous:  # the workers' steps differ in number: no step of every worker to price
         paces = worker_paces(summary["updates_by_worker"], counted["from_step"], counted["to_step"])
@@ -330,6 +434,24 @@ def worker_paces(updates_by_worker, from_step, to_step):
     return [(end - begin) / (to_step - from_step) for begin, end in zip(counts[from_step], counts[to_step])]
 
 
+def measure_links(args):
+    """The hosts' links (bench.link_probe), after the preflight; every host's cores (args.host_cores)."""
+    starter = Ssh(args.hosts)
+    preflight.check(starter, require_shared=True, model=models.path_of(args.model))
+    hosts = [host for host, _ in args.hosts]
+    print(f"bench: measuring the links between {', '.join(hosts)} (python -m bench.link_probe)", flush=True)
+    links = link_probe.measure(starter, hosts)
+    print(link_probe.describe(links), flush=True)
+    found = [starter.environment(host) for host in hosts]
+    if len({e["boot_id"] for e in found}) == 1 and found[0]["boot_id"]:  # one kernel: one machine's cores
+        args.cores = args.shared_cores = found[0]["cpu_cores"]
+        print(f"bench: {', '.join(hosts)} run on one machine (one kernel's boot): their tasks share its "
+              f"{args.cores} cores", flush=True)
+    else:
+        args.cores, args.shared_cores = sum(e["cpu_cores"] for e in found), 0
+    return links
+
+
 def protocol_costs(args):
     """bench.costs's measurements (results/bench-costs.json), measured first if none fit this machine and software."""
     found = costs.load(args.results_dir)
@@ -349,7 +471,7 @@ def bytes_ratio(measured, predicted):
 
 def progress(i, total, record, started):
     left = (time.monotonic() - started) / i * (total - i)
-    head = (f"bench [{i}/{total}] {record['link']} {record['config']} {record['runner']} W={record['workers']} "
+    head = (f"bench [{i}/{total}] {record['link'] or 'loopback'} {record['config']} {record['runner']} W={record['workers']} "
             f"#{record['repeat']}")
     if "skipped" in record:
         print(f"{head}: skipped, {record['skipped']}", flush=True)
@@ -358,11 +480,13 @@ def progress(i, total, record, started):
     against = (f" = {record['step_over_point']:.2f} x point, "
                f"{'inside' if record['inside_interval'] else 'OUTSIDE'} [{record['lower_seconds']:.3f}, "
                f"{record['upper_seconds']:.3f}]"
-               if record["step_over_point"] else f" (outside the model: {record['outside_the_model']})")
+               if record["step_over_point"] else f" (outside the model: {record['outside_the_model']})"
+               if record["link"] else " (links not emulated)")
     print(f"{head}: {record['throughput']['median']:,.0f} {record['unit']}, "
           f"step {record['throughput']['median_step_seconds']:.3f} s{against}"
           f"{'' if ratio is None else f', bytes {ratio:.2f} x predicted'}"
-          f", compute {record['compute_seconds'] / record['compute_seconds_one_device']:.2f} x one device's"
+          + (f", compute {record['compute_seconds'] / record['compute_seconds_one_device']:.2f} x one device's"
+             if record.get("compute_seconds") else "") +
           f"{' (tasks outnumber the cores)' if record['cores_shared'] else ''}; "
           f"about {left / 60:.0f} min left", flush=True)
 
@@ -379,7 +503,8 @@ def group_table(records):
     """table()'s lines for the records of one config and link."""
     base, unit = records[0]["one_device_words_per_sec"], records[0]["unit"]
     scaling = {"weak": "weak scaling (batch per worker fixed)", "strong": "strong scaling (global batch fixed)"}
-    lines = [f"\n{records[0]['config']}, links of {records[0]['link']}, {scaling[records[0]['scaling']]}; one "
+    links = f"links of {records[0]['link']}" if records[0]["link"] else NOT_EMULATED
+    lines = [f"\n{records[0]['config']}, {links}, {scaling[records[0]['scaling']]}; one "
              f"device (run.py): {base:,.0f} {unit}",
              f"{'runner':16s} {'W':>2s} {unit:>10s} {'central 68%':>17s} {'speed-up':>8s} {'eff.':>5s} "
              f"{'/best':>5s} {'bytes m/p':>9s} {'step/point':>10s} {'in interval':>11s}"]
@@ -403,7 +528,7 @@ def group_table(records):
                      f"{step_over_point:>10s} {inside:>11s}")
     lines += [f"{r['runner']:16s} {r['workers']:2d} skipped: {r['skipped']}" for r in records if "skipped" in r]
     lines += sorted({f"  {r['runner']}: outside the model, {r['outside_the_model']}" for r in records
-                     if r.get("outside_the_model")})
+                     if r.get("outside_the_model") and r["link"]})
     return lines
 
 
@@ -412,8 +537,11 @@ def extrapolate(args, prepared):
     model = models.load(args.model)
     args.config = max(prepared, key=lambda name: traffic.sparse_share(model, name, args))
     compute = prepared[args.config][1]["median_step_seconds"]
+    assumed = not args.net
+    args.net = args.net or netns.Link.parse("100mbit")
     records = predict.extrapolate(model, models.config(model, args.config), args, compute, predict.MACHINES)
-    print(f"bench: extrapolated {args.config} to {', '.join(map(str, predict.MACHINES))} machines "
+    print(f"bench: extrapolated {args.config} to {', '.join(map(str, predict.MACHINES))} machines on links of "
+          f"{args.net}{' (assumed: none was emulated)' if assumed else ''} "
           f"-> {predict.write(args.results_dir, records)} (python -m bench.predict --config={args.config})")
 
 
@@ -423,36 +551,40 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_quietly's stop of the run
     args.runs_dir = os.path.join(args.results_dir, "bench")
     os.makedirs(args.runs_dir, exist_ok=True)
-    links = args.net
+    args.cores = args.shared_cores = CORES  # the emulated machines share this one's; hosts: measure_links
+    links = args.net or [measure_links(args)]
     combinations = [(link, config, runner, w, repeat) for link in links for config in args.configs
                     for w in args.workers for repeat in range(1, args.repeats + 1) for runner in args.runners]
-    args.measured_costs = protocol_costs(args)
+    # the model's: measured on emulated links, so as root only (else the model prices bytes alone)
+    args.measured_costs = protocol_costs(args) if any(links) and os.geteuid() == 0 else None
     output = os.path.join(args.results_dir, results.CROSSOVER if args.crossover else results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "
           f"{', '.join(map(str, args.workers))} x {args.repeats}), {args.steps} steps of which {args.warmup_steps} "
-          f"warm-up, links of {', '.join(map(str, links))}{'' if links[0].delay else ' (no added latency)'}, "
-          f"{CORES} cores", flush=True)
+          f"warm-up, links of {', '.join(str(link or 'loopback') for link in links)}"
+          f"{'' if links[0] and links[0].delay or args.hosts else ' (no added latency)'}, "
+          f"{args.cores} cores", flush=True)
     records, started, prepared, computes = [], time.monotonic(), {}, {}
     for i, (link, config, runner, w, repeat) in enumerate(combinations, 1):
         args.net, args.config = link, config
         if config not in prepared:
             variables = traffic.model_variables(model, models.config(model, config), args)
-            prepared[config] = (variables, one_device(args), {}, step_trace(args))
+            prepared[config] = (variables, one_device(args), {}, step_trace(args) if any(links) else None)
+            trace = prepared[config][3]
             print(f"bench: {config}: one device (run.py) trains {prepared[config][1]['median']:,.0f} "
                   f"{prepared[config][1]['unit']}, "
-                  f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median); it reads its last variable "
-                  f"at {max(prepared[config][3]['needed'].values()):.2f} of the step and has its first gradient at "
-                  f"{min(prepared[config][3]['ready'].values()):.2f}", flush=True)
+                  f"{prepared[config][1]['median_step_seconds']:.3f} s a step (median)" + (
+                      f"; it reads its last variable at {max(trace['needed'].values()):.2f} of the step and has its "
+                      f"first gradient at {min(trace['ready'].values()):.2f}" if trace else ""), flush=True)
         variables, base, rows, trace = prepared[config]
         if w not in rows:
             rows[w] = traffic.touched_rows(model, run_config(args, w), args, variables, w,
                                            range(args.warmup_steps, args.steps))
-        if (link, config, w) not in computes:  # measured again at each rate: close in time to its runs
+        if link and (link, config, w) not in computes:  # measured again at each rate: close in time to its runs
             computes[link, config, w] = (
                 (base["median_step_seconds"], [f"bench-{config}-one-device"], base["median_step_seconds"]) if w == 1
                 else compute_terms(args, w, sum(v.bytes for v in variables)))
-        record = one_run(args, runner, w, repeat, variables, rows[w], base, computes[link, config, w], trace)
+        record = one_run(args, runner, w, repeat, variables, rows[w], base, computes.get((link, config, w)), trace)
         record["environment"] = environment.describe(args, model, run_config(args, w), w)
         records.append(record)
         results.append_line(output, record, "bench")

@@ -108,7 +108,7 @@ class Chain:
 
     def command(self, fault=None, steps=UNTIL_STOPPED, ckpt_dir=None, resume=False):
         ps = [f"--ps={self.args.ps}"] if self.runner != "horovod" else []
-        return [sys.executable, "-m", "harness.launch", self.runner, f"--workers={self.args.workers}", *ps,
+        return [sys.executable, "-m", "launcher", self.runner, f"--workers={self.args.workers}", *ps,
                 *([f"--fault={fault}"] if fault else []), "--",
                 *flags.passed_on(self.args, ("model", "config", "batch_size", "seed", "data_path",
                                              "intra_op_threads", "inter_op_threads")),

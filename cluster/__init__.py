@@ -13,7 +13,7 @@ import time
 
 import harness
 from harness import REPO
-from harness.starters.netns import PREFIX_LENGTH, ip
+from launcher.starters.netns import PREFIX_LENGTH, ip
 
 PREFIX = "lstmcluster"  # of its namespaces and of the host's interface to them
 STATE = "/run/lstm-cluster"  # its keys, configurations and logs; /run: gone at reboot, as the namespaces are

@@ -9,7 +9,7 @@ import os
 
 import harness
 from harness import flags
-from harness.starters import netns
+from launcher.starters import netns
 
 import cluster
 

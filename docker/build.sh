@@ -4,7 +4,8 @@
 # Builds docker/Dockerfile as IMAGE on BASE (default python:3.11-slim). BASE=debootstrap, or a default that
 # cannot be pulled (no registry reachable), builds a Debian base locally first (docker/base.sh). The
 # environment stage (system packages, .venv, Horovod) is also tagged lstm-dist-cache:environment: removing IMAGE
-# then keeps it, and the next build on this machine reuses it unless requirements.txt or scripts/setup.sh changed.
+# then keeps it, and the next build on this machine reuses it unless requirements.txt, scripts/setup.sh or
+# launcher/gloo_hostname.c changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

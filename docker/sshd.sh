@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # An ssh server in a container, run as its non-root user, for HOSTS= runs between containers: the launcher in one
-# container reaches the others over ssh (harness/starters/ssh.py), as between machines.
+# container reaches the others over ssh (launcher/starters/ssh.py), as between machines.
 #
 #   sshd.sh [AUTHORIZED_KEYS]      default /work/.ssh/authorized_keys, in the shared volume
 #

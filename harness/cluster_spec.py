@@ -5,6 +5,7 @@ import os
 
 import harness
 from harness import flags
+from harness.slurm import hostnames, tasks_per_node
 
 CLUSTER_FLAGS = ("job_name", "task_index", "ps_hosts", "worker_hosts")
 SLURM_PORT_BASE = 8888  # as SlurmClusterResolver's
@@ -81,7 +82,6 @@ def from_slurm_step(num_ps):
     lays it out (the first `num_ps` tasks are parameter servers, the rest workers; a task's port is SLURM_PORT_BASE
     plus its place on its node), but with the nodes in Slurm's order, which numbers the tasks, where the resolver
     sorts their names (node10 before node9: task and address disagree)."""
-    from harness.starters.srun import hostnames, tasks_per_node  # (here: the starters import this module's users)
 
     try:
         num_tasks, rank, node = (int(os.environ["SLURM_STEP_NUM_TASKS"]), int(os.environ["SLURM_PROCID"]),

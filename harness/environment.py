@@ -3,7 +3,6 @@ import glob
 import importlib.metadata
 import os
 import platform
-import socket
 import subprocess
 
 from harness import models
@@ -83,14 +82,23 @@ PROBE = "import json, sys; sys.path.insert(0, sys.argv[1]); from harness import 
 
 
 def host():
-    """This host as a run's manifest names it: its name, machine() and the rates of its links."""
-    return {"hostname": socket.gethostname(), **machine(), "links": link_rates()}
+    """This host as a run's manifest names it: its name, machine(), the rates of its links and its kernel's boot
+    (hosts with the same boot are one machine: containers, namespaces)."""
+    return {"hostname": platform.node(), **machine(), "links": link_rates(), "boot_id": _boot_id()}
+
+
+def _boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def describe(args, model, config, num_workers):
     """The machine (the chief's), the software and the run's shape, as a JSON-ready dict."""
     return {
-        "hostnames": [socket.gethostname()],
+        "hostnames": [platform.node()],  # (uname: the Gloo shim changes gethostname)
         **machine(),
         "intra_op_threads": args.intra_op_threads,
         "inter_op_threads": args.inter_op_threads,

@@ -1,14 +1,16 @@
 """The @event lines a run's chief prints for the launcher, one JSON object each, so that it need not scrape progress
 lines: measured_steps_begin and measured_steps_end ("after_step", and in an emulated cluster "ports", the switch's
-counters read at that moment), and progress ("steps_done") every --log_every. Each carries `at`, the chief's
-time.monotonic(). Printed with --events, which the launcher passes; it reads them from the task's output, on
-whichever host the task runs, and shows a person the other lines only."""
+counters read at that moment), and progress ("steps_done") every --log_every; with launch --count_bytes, one worker
+a host prints host_bytes after every step ("after_step", its host's interface's "sent" and "received" bytes). Each
+carries `at`, the task's time.monotonic(). Printed with --events, which the launcher passes; it reads them from the
+task's output, on whichever host the task runs, and shows a person the other lines only."""
 import json
 import os
 import time
 
 MARKER = "@event "
 PORTS_FD = "LSTMNET_PORTS_FD"  # in an emulated cluster's tasks: the switch's /proc/net/dev, inherited open
+HOST_INTERFACE = "LSTM_HOST_INTERFACE"  # in one worker a host (launch --count_bytes): the interface it counts
 
 
 def announce(name, **fields):
@@ -33,3 +35,16 @@ def read_ports(descriptor):
         text += chunk
     return {name.strip(): (int(fields.split()[0]), int(fields.split()[8]))
             for name, fields in (line.split(":", 1) for line in text.decode().splitlines()[2:])}
+
+
+def host_bytes(after_step):
+    """Announce this host's interface counters after a step, if the launcher asked this task to count them."""
+    interface = os.environ.get(HOST_INTERFACE)
+    if interface:
+        # /proc/self/net/dev is this process's network namespace's (sysfs shows the one it was mounted in)
+        descriptor = os.open("/proc/self/net/dev", os.O_RDONLY)
+        try:
+            received, sent = read_ports(descriptor)[interface]
+        finally:
+            os.close(descriptor)
+        announce("host_bytes", after_step=after_step, sent=sent, received=received)

@@ -2,8 +2,19 @@
 so a run is `tf` everywhere (verify-tf.json, its bench records, its colour); adding a runner is one entry."""
 import dataclasses
 
-# The launcher's architectures and the script each starts on every task.
-SCRIPTS = {"tf": "run_tf.py", "horovod": "run_horovod.py", "parallax": "run_parallax.py"}
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """What the launcher starts for an architecture: the script every task runs, and which tasks there are."""
+    script: str
+    parameter_servers: bool  # ps tasks hold variables; the runner is given the cluster (--ps_hosts, ...)
+    horovod_ranks: bool      # the workers are Horovod ranks: a rendezvous, Gloo (or mpirun) between them
+    partition_search: bool = False  # Parallax's search of the sparse variables' parts (--search_partitions)
+
+
+ARCHITECTURES = {"tf": Architecture("run_tf.py", parameter_servers=True, horovod_ranks=False),
+                 "horovod": Architecture("run_horovod.py", parameter_servers=False, horovod_ranks=True),
+                 "parallax": Architecture("run_parallax.py", parameter_servers=True, horovod_ranks=True,
+                                          partition_search=True)}
 
 RING_ORDER = "Horovod's ring allreduce adds the workers' dense gradients in ring order, not worker order"
 
@@ -12,7 +23,7 @@ RING_ORDER = "Horovod's ring allreduce adds the workers' dense gradients in ring
 class Run:
     name: str
     title: str               # as a table or a plot's legend names it
-    architecture: str        # a key of SCRIPTS; None: run.py on one device (the reference)
+    architecture: str        # a key of ARCHITECTURES; None: run.py on one device (the reference)
     flags: tuple             # the runner flags that make this variant
     traffic: str             # its step's flows in bench/traffic.py; None: it sends nothing (the reference)
     verify: str              # "reference", "identical" (bit for bit at W <= 2), "different" (async); None: not verified
@@ -27,7 +38,7 @@ class Run:
 
     @property
     def script(self):
-        return SCRIPTS[self.architecture] if self.architecture else "run.py"
+        return ARCHITECTURES[self.architecture].script if self.architecture else "run.py"
 
 
 RUNS = {run.name: run for run in [

@@ -49,7 +49,7 @@ def parser(runner, description):
     DEFINE_integer("intra_op_threads", 1, "threads inside one op; summation order depends on it, so keep it "
                    "equal across the runs you compare", lower_bound=1, flag_values=p)
     DEFINE_integer("inter_op_threads", 1, "ops run concurrently", lower_bound=1, flag_values=p)
-    DEFINE_boolean("events", False, "print the @event lines a launcher reads (python -m harness.launch sets it)",
+    DEFINE_boolean("events", False, "print the @event lines a launcher reads (python -m launcher sets it)",
                    flag_values=p)
     return p
 
@@ -79,7 +79,7 @@ def parse(flag_values, argv=None, positional=0):
                          else "missing argument")
     args = argparse.Namespace(**{name: flag_values[name].value for name in flag_values},
                               **({"positional": rest} if positional else {}))
-    if "model" in flag_values:
+    if "model" in flag_values and "config" in flag_values:  # a run's flags (the preflight has --model alone)
         _check_run(args)
     if "intra_op_threads" in flag_values:
         determinism.fix_threads(args)

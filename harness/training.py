@@ -7,7 +7,7 @@ import numpy as np
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
-from harness import UsageError, layers, models
+from harness import UsageError, events, layers, models
 from harness.variables import StepRandom
 
 
@@ -30,6 +30,7 @@ def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None
             record(step, objective, now - clock, words, **more)
         if after_step:
             after_step(step + 1, state)  # a save's time falls in the next step's: throughput shows its cost
+        events.host_bytes(step + 1)  # make bench HOSTS=: this host's bytes so far, where the launcher counts them
         clock = now
 
 

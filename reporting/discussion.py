@@ -45,6 +45,8 @@ def _bench_group(config, link, group, rows):
         return f"{where}: the runs were measured at no common worker count, so they are not ranked."
     workers = max(common)
     there = [r for r in rows if (r.config, r.link, r.workers) == (config, link, workers)]
+    if not link:
+        return _loopback_group(config, workers, there, analysis.unit(rows))
     ranked = sorted((r for r in there if r.explained), key=lambda r: -r.median)
     unit = analysis.unit(rows)
     text = f"{where}, {workers} workers. "
@@ -90,6 +92,16 @@ def _bench_group(config, link, group, rows):
     return text
 
 
+def _loopback_group(config, workers, there, unit):
+    """A group run on loopback (no root): its order by throughput, which says nothing of a network."""
+    ranked = sorted(there, key=lambda r: -r.median)
+    return (f"{config} config, {workers} workers, links not emulated: every task ran on one machine's loopback, so "
+            f"no byte crossed a network, and the order below is what each architecture costs on shared cores, not "
+            f"what its traffic costs. From fastest: "
+            + ", ".join(f"{r.name} ({blocks.rate(r.median)} {unit})" for r in ranked)
+            + ". make bench as root emulates the links.")
+
+
 def _names(names):
     """"a", "a and b", "a, b and c"."""
     names = list(names)
@@ -124,7 +136,8 @@ def limitations_section(results):
     summaries = [run.summary for run in results.runs.values()]
     hosts = sorted({h for s in summaries for h in (s.get("environment") or {}).get("hostnames") or []})
     cores = sorted({(s.get("environment") or {}).get("cpu_cores") for s in summaries} - {None})
-    links = {r.link for r in results.bench or [] if r.link}
+    links = {r.link for r in results.bench or [] if r.links == "emulated"}
+    real = sorted({r.link for r in results.bench or [] if r.links == "real"})
     rates = sorted({link.split(" delay ")[0] for link in links})
     delays = sorted({link.split(" delay ")[1] for link in links if " delay " in link})
     repeats = max((r.repeats for r in analysis.combine_repeats(results.bench or [])), default=0)
@@ -135,9 +148,13 @@ def limitations_section(results):
         + ("a single machine, so its workers and servers share its cores and memory bandwidth."
            if len(hosts) <= 1 else "several machines."),
         (f"Links: emulated on this machine (network namespaces shaped to {', '.join(rates)}), not physical "
-         f"switches and NICs." if rates else "Links: none measured; the tasks talked over loopback, so no byte "
-                                             "crossed a real or emulated network."),
-        (f"Latency: added per link ({', '.join(delays)})." if delays else
+         f"switches and NICs." if rates else
+         f"Links: real, between the hosts ({'; '.join(real)}); one rate, the slowest direction's, prices all of "
+         f"them." if real else "Links: none measured; the tasks talked over loopback, so no byte "
+                               "crossed a real or emulated network."),
+        ("Latency: measured between the hosts (bench.link_probe's round trips), half a round trip added to every "
+         "message." if real and not rates else
+         f"Latency: added per link ({', '.join(delays)})." if delays else
          "Latency: none added; the links are shaped in bandwidth only, so latency-bound costs (many small "
          "messages, the ring's 2(W-1) rounds) are under-represented." if rates else
          "Latency: not measured, as no network was crossed."),

@@ -25,7 +25,9 @@ class BenchRow:
     workers: int
     ps: int | None
     machines: int | None
-    link: str | None              # the emulated link, as --net gives it: "100mbit", "1gbit delay 5ms"
+    link: str | None              # the emulated link, as --net gives it: "100mbit", "1gbit delay 5ms"; the hosts'
+                                  # measured ("node1, node2: measured 99.9 Mbit/s"); None: loopback
+    links: str                    # "emulated", "real" (make bench HOSTS=: measured between hosts) or "loopback"
     repeat: int                   # which repeat of this combination (1, 2, ...)
     skipped: str | None           # why the bench did not run it; then every measurement below is None
     median: float | None          # words/sec: the timer's median of the measured steps, and its central 68%
@@ -151,6 +153,7 @@ def _bench_row(record):
     return BenchRow(
         name=palette.key(str(record["runner"])), config=str(record["config"]), workers=int(record["workers"]),
         ps=_int_or_none(record.get("ps")), machines=_int_or_none(record.get("machines")), link=record.get("link"),
+        links="real" if record.get("link_probe") else "emulated" if record.get("link") else "loopback",
         repeat=int(record.get("repeat", 1)), skipped=record.get("skipped"),
         median=_float_or_none(throughput.get("median")), p16=_float_or_none(throughput.get("p16")),
         p84=_float_or_none(throughput.get("p84")),

@@ -125,12 +125,15 @@ def _links(results, run_names):
     hosts = sorted({arg.split("=", 1)[1] for run in (results.verify or {}).get("runs", [])
                     if f"verify-{run['name']}" in run_names for arg in run["command"] if arg.startswith("--hosts=")})
     benched = [name for name in run_names if name.startswith("bench ")]
-    rates = sorted({row.link for row in results.bench or [] if row.link})
+    rates = sorted({row.link for row in results.bench or [] if row.links == "emulated"})
+    real = sorted({row.link for row in results.bench or [] if row.links == "real"})
     described = []
     if len(benched) < len(run_names):
         described.append(f"over ssh to {', '.join(hosts)}" if hosts else "one machine, loopback, unshaped")
     if benched:
-        described.append(f"bench: emulated links of {', '.join(rates)}" if rates else "bench: loopback, unshaped")
+        described.append(f"bench: emulated links of {', '.join(rates)}" if rates else
+                         f"bench: real hosts ({'; '.join(real)})" if real else
+                         "bench: loopback, unshaped (links not emulated)")
     return "; ".join(described)
 
 

@@ -2,11 +2,11 @@
 `key` reduces a result's name (verify-tf, run_tf) to its run's, and `colour` maps that."""
 import zlib
 
-from harness.experiments import RUNS, SCRIPTS
+from harness.experiments import ARCHITECTURES, RUNS
 
 # For runs the registry does not know, by the name's checksum so that a run keeps its colour.
 SPARE = ["#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#ff7f0e"]
-_SCRIPT_RUNS = {"run": "reference", **{script.removesuffix(".py"): name for name, script in SCRIPTS.items()}}
+_SCRIPT_RUNS = {"run": "reference", **{a.script.removesuffix(".py"): name for name, a in ARCHITECTURES.items()}}
 
 
 def key(name):

@@ -6,7 +6,13 @@ from reporting import analysis, blocks, plots
 
 BENCH_MISSING = "bench not run: make bench"
 PREDICT_MISSING = "extrapolation not run: python -m bench.predict"
-PARALLAX_MISSING = "Parallax's figure not predicted: make bench"
+PARALLAX_MISSING = ("Parallax's figure not predicted: make bench as root (bench.costs measures this machine's "
+                    "protocol costs on emulated links)")
+REAL = ("Real hosts (make bench HOSTS=): the link is the slowest direction measured between them (bench.link_probe: "
+        "TCP's payload rate, as frames), each host's bytes counted on its interface by one of its workers, and "
+        "every message priced with half the measured round trip more.")
+NOT_EMULATED = ("Links not emulated (make bench without root): every task ran on this machine's loopback, unshaped, "
+                "so no byte crossed a network; no bytes were counted and no model applied (dashes).")
 CROSSOVER_MISSING = "crossover sweep not run: make bench BENCH=crossover"
 
 
@@ -23,7 +29,10 @@ def throughput_section(results, figure_dir):
         parts.append(blocks.missing("verify not run: make verify (no throughput of the verify runs)"))
     else:
         parts += verify_throughput(verify, os.path.join(figure_dir, "verify-throughput.svg"))
-    parts.append(blocks.subheading("The benchmark: emulated clusters"))
+    kinds = {row.links for row in results.bench or []} or {"emulated"}
+    parts.append(blocks.subheading("The benchmark: " + ", ".join(
+        {"emulated": "emulated clusters", "real": "real hosts, links measured",
+         "loopback": "one machine, links not emulated"}[kind] for kind in sorted(kinds))))
     parts += bench(results, figure_dir)
     parts += crossover(results, figure_dir)
     parts += parallax(results, figure_dir)
@@ -71,7 +80,9 @@ def bench(results, figure_dir):
         "link's bytes at the slower of the payload's share of the link and the protocol, with each message's "
         "cost; the pull overlapping the forward pass and the exchange the backward pass as the step trace "
         "allows); limit names the larger of compute and network. The busiest link "
-        "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."))
+        "direction's megabytes per step, counted on the machines' interfaces and predicted by the traffic model."
+        + (" " + REAL if any(r.links == "real" for r in rows) else "")
+        + (" " + NOT_EMULATED if any(r.links == "loopback" for r in rows) else "")))
     for index, ((config, link), group) in enumerate(analysis.bench_groups(rows).items()):
         path = os.path.join(figure_dir, f"bench-scaling-{index}.svg")
         title = f"{config}, {link or 'loopback'}"
@@ -79,7 +90,7 @@ def bench(results, figure_dir):
         parts.append(blocks.figure(path, f"Scaling, {title}: {analysis.unit(rows)} against workers (bars: central 68% "
                                          f"of the steps; square: one device alone; dotted: linear from it), and the "
                                          f"speed-up over one device per worker."))
-    for index, link in enumerate(dict.fromkeys(r.link for r in rows)):
+    for index, link in enumerate(dict.fromkeys(r.link for r in rows if r.link)):  # (loopback: nothing modelled)
         path = os.path.join(figure_dir, f"bench-model-{index}.svg")
         plots.measured_against_model([r for r in rows if r.link == link], path)
         parts.append(blocks.figure(path, f"Step time against its point estimate, links of {link or 'loopback'}: "

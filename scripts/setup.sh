@@ -16,38 +16,39 @@ CACHE=${LSTM_DIST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lstm-dist}
 PYTHON=$(scripts/find_python.sh) || exit 2
 version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-# 2. The compilers Horovod's build needs, ssh for HOSTS= runs and sshd for the tests' own ssh server, and
-#    (optional) OpenMPI, Slurm and munge; apt-get installs them when we are root on Debian/Ubuntu.
-missing=()
-command -v ssh >/dev/null || missing+=(openssh-client)
-command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+# 2. What Horovod's build needs (required), then what some targets or only the tests use (optional, each with
+#    what it serves): apt-get installs both when we are root on Debian/Ubuntu; without root, a missing required
+#    package stops setup and the optional ones are named once.
+missing=() optional=()
 command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
 "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || missing+=("python$version-dev")
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=("python$version-venv")
-# OpenMPI lets Horovod be built with MPI as well as Gloo (make run-horovod MPI=1, Slurm's srun --mpi);
-# it is optional: without root, Horovod is built with Gloo only.
-can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
-command -v mpicxx >/dev/null || ! $can_apt || missing+=(openmpi-bin libopenmpi-dev)
-# ip and tc build the emulated clusters (NET=, make bench; root only); the tests find stray tasks with pgrep.
-{ command -v ip && command -v tc; } >/dev/null || ! $can_apt || missing+=(iproute2)
-command -v pgrep >/dev/null || ! $can_apt || missing+=(procps)
+want() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] || optional+=("$2:$3"); }
+want ssh openssh-client "HOSTS= runs"
+# OpenMPI lets Horovod be built with MPI as well as Gloo (make run-horovod MPI=1, Slurm's srun --mpi).
+want mpicxx "openmpi-bin libopenmpi-dev" "MPI=1"
+# ip and tc build the emulated clusters (NET=, make bench's links; root only); the tests find stray tasks with pgrep.
+want tc iproute2 "emulated links"
+want pgrep procps "the tests"
+want sshd openssh-server "the tests' ssh hosts, containers' HOSTS= runs"
 # What only the test suite uses; LSTM_DIST_MINIMAL=1 (docker/Dockerfile) leaves it out.
-test_tools=$can_apt; [ "${LSTM_DIST_MINIMAL:-0}" = 1 ] && test_tools=false
-# poppler-utils' pdftoppm renders the report's pages in its test (without it the test uses Typst's own PNGs).
-command -v pdftoppm >/dev/null || ! $test_tools || missing+=(poppler-utils)
-# Slurm and munge for make cluster's nodes and head (tests/test_cluster.py runs the sbatch templates on them);
-# optional too: without root the cluster's tests skip, saying why.
-{ command -v slurmctld && command -v slurmd && command -v sbatch; } >/dev/null || ! $test_tools || missing+=(slurm-wlm)
-command -v munged >/dev/null || ! $test_tools || missing+=(munge)
-if [ ${#missing[@]} -gt 0 ]; then
-  if $can_apt; then
-    say "installing ${missing[*]} with apt-get"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  else
-    die "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) and rerun make setup"
-  fi
+if [ "${LSTM_DIST_MINIMAL:-0}" != 1 ]; then
+  want pdftoppm poppler-utils "the report's test (pages as PNG)"
+  want slurmd slurm-wlm "make cluster and the Slurm tests"
+  want munged munge "make cluster and the Slurm tests"
+fi
+can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
+packages=("${missing[@]}") ; for item in "${optional[@]}"; do packages+=(${item%%:*}); done
+if [ ${#packages[@]} -gt 0 ] && $can_apt; then
+  say "installing ${packages[*]} with apt-get"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+elif [ ${#missing[@]} -gt 0 ]; then
+  die "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) and rerun make setup"
+elif [ ${#optional[@]} -gt 0 ]; then
+  say "not installed (optional; sudo apt-get install adds them): $(for item in "${optional[@]}"; do
+    printf '%s (%s), ' "${item%%:*}" "${item#*:}"; done | sed 's/, $//')"
 fi
 
 # 3. The virtual environment and every pin but Horovod.
@@ -57,7 +58,14 @@ pins=$(sed -e 's/\s*#.*//' requirements.txt | grep -Ev '^\s*$')  # pins, without
 say "installing $(echo "$pins" | grep -v '^horovod' | tr '\n' ' ')"
 "${PIP[@]}" install -q $(echo "$pins" | grep -v '^horovod')
 
-# 4. Horovod, from the cached wheel or built from source.
+# 4. The host-name shim the launcher preloads into Horovod's ranks on hosts whose name is on loopback
+#    (launcher/gloo_hostname.c says why).
+shim="$VENV/lib/gloo_hostname.so"
+if [ ! -e "$shim" ] || [ launcher/gloo_hostname.c -nt "$shim" ]; then
+  cc -shared -fPIC -O2 -o "$shim" launcher/gloo_hostname.c -ldl || die "building $shim failed"
+fi
+
+# 5. Horovod, from the cached wheel or built from source.
 hvd_pin=$(echo "$pins" | grep '^horovod==')
 hvd_version=${hvd_pin#horovod==}
 tf_version=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')

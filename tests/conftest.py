@@ -26,7 +26,7 @@ from harness import REPO
 # test_docker first: on a fresh machine it builds its image, Horovod included, for about 20 minutes.
 # Then by their seconds in the last full run (docs/measurements.md, "The test suite's time").
 LONGEST_FIRST = ["test_docker", "test_cluster", "test_bench", "test_copied_code", "test_verify", "test_resume",
-                 "test_end_of_run", "test_submission", "test_soak", "test_ssh", "test_your_model"]
+                 "test_end_of_run", "test_submission", "test_unprivileged", "test_soak", "test_ssh", "test_your_model"]
 
 
 def group_of(nodeid):
@@ -151,8 +151,8 @@ def train_reference(flags, workers, ckpt_dir, cwd):
 
 
 def launch(architecture, *flags, cwd, env=None, **popen):
-    """The launcher, as `make run-tf` and `make run-horovod` start it: python -m harness.launch ARCH FLAGS."""
-    command = [sys.executable, "-m", "harness.launch", architecture, *flags]
+    """The launcher, as `make run-tf` and `make run-horovod` start it: python -m launcher ARCH FLAGS."""
+    command = [sys.executable, "-m", "launcher", architecture, *flags]
     # Ctrl-C as at a terminal, even when the suite itself runs in the background (which ignores SIGINT, and
     # the launcher would inherit that).
     return subprocess.Popen(command, cwd=cwd, env={**os.environ, "PYTHONPATH": REPO, **(env or {})}, text=True,

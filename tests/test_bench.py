@@ -18,7 +18,7 @@ from conftest import REPO, pdf_text, read_jsonl, run_module, run_script, without
 from bench import crossover, predict, traffic, validate
 from bench import run as bench_run
 from harness import UsageError, experiments, placement
-from harness.starters import netns
+from launcher.starters import netns
 from reporting import blocks
 from harness import models
 

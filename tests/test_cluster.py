@@ -2,8 +2,10 @@
 slurmd each; slurmctld on a head node), and every multi-node path across them, ending bit for bit as the
 reference: runs over ssh (HOSTS=node1:1,node2:1) and the sbatch templates (sbatch -N 2). One cluster for the
 module (the tests' only one: the machine has room for one); make cluster-down must leave nothing of it."""
+import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,11 +20,14 @@ from conftest import (REPO, bit_identical, checkpoint_tensors, long_run, no_proc
                       train_reference)
 import harness
 from assignment import manifest
-from harness.starters.ssh import Ssh
+from launcher.starters import netns
+from launcher.starters.remote import GLOO_HOSTNAME_SHIM
+from launcher.starters.ssh import Ssh
 
 import cluster
 
 NODES = 2
+NET = "100mbit"  # every node's link: what make bench HOSTS= measures as a real network's
 TINY = "--config=tiny --steps=20 --warmup_steps=5 --log_every=10"
 FOREVER = "--config=tiny --steps=1000000 --log_every=10"
 SLURM = {**os.environ, "SLURM_CONF": os.path.join(cluster.STATE, "slurm.conf")}
@@ -41,7 +46,7 @@ def cluster_module(what, *flags):
 def nodes():
     if os.geteuid() != 0:
         pytest.skip("make cluster needs root (network namespaces, sshd, /etc/hosts)")
-    started = cluster_module("up", f"--nodes={NODES}")
+    started = cluster_module("up", f"--nodes={NODES}", f"--net={NET}")
     assert started.returncode == 0, started.stderr
     try:
         yield started.stdout
@@ -134,6 +139,41 @@ def test_make_verify_with_four_workers_on_two_nodes_passes_as_verify_judges_w_4(
     assert record["passed"] and [p["passed"] for p in record["pairs"] if p["a"] == "reference"] == [True]
 
 
+def test_make_bench_across_two_nodes_measures_their_links_and_bytes_as_the_model_predicts(nodes, shared_work,
+                                                                                        measured_costs):
+    """make bench HOSTS= treats the nodes as real machines: it shapes nothing, measures the links the cluster shaped
+    (within 10% of NET), counts each node's bytes on its interface (within 5% of the traffic model) and sets each
+    step against the model's interval, priced at the measured rate. The small config: tiny's steps are too short for
+    the model."""
+    results_dir = os.path.join(shared_work, "results")
+    os.makedirs(os.path.join(results_dir, "lstm"))
+    shutil.copy(measured_costs / "bench-costs.json", os.path.join(results_dir, "lstm"))
+    bench = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "bench", "HOSTS=node1:1,node2:1",
+                            "CONFIG=small", "STEPS=12", "WARMUP=4", f"RESULTS={results_dir}",
+                            f"CKPT_DIR={shared_work}/checkpoints", "ARGS=--runners=tf,horovod,parallax"],
+                           capture_output=True, text=True, timeout=900)
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr
+    assert "bench: measuring the links between node1, node2" in bench.stdout
+    assert "bench: measuring the protocols' costs" not in bench.stdout  # the session's, given
+    records = [json.loads(line) for line in open(os.path.join(results_dir, "lstm", "bench.jsonl"))]
+    assert sorted(r["runner"] for r in records) == ["horovod", "parallax", "tf"]
+    rate = netns.Link.parse(NET).bits_per_second
+    for record in records:
+        assert not record["emulated"] and record["workers"] == 2 and record["machines"] == 2
+        pairs = {(p["source"], p["destination"]): p for p in record["link_probe"]}
+        assert set(pairs) == {("node1", "node2"), ("node2", "node1")}
+        for pair in pairs.values():
+            assert 0.9 * rate < pair["frame_bits_per_second"] < 1.1 * rate, pair
+            assert 0.9 * rate < pair["payload_bits_per_second"] < pair["frame_bits_per_second"], pair
+        assert record["bits_per_second"] == min(p["frame_bits_per_second"] for p in pairs.values())
+        assert 0.95 < record["bytes_measured_over_predicted"] < 1.05, record
+        assert [h["host"] for h in record["hosts"]] == ["node1", "node2"]
+        # the interval, widened by a tenth for a machine whose cores another test shares meanwhile
+        step = record["throughput"]["median_step_seconds"]
+        assert 0.9 * record["lower_seconds"] < step < 1.1 * record["upper_seconds"], record
+    assert "small, links of node1, node2: measured" in bench.stdout
+
+
 def test_ports_handed_out_on_a_node_lie_below_its_ephemeral_range(nodes, shared_work, monkeypatch):
     """Where no task's outgoing connection can take one before the task binds it (the launcher's probe on the
     node; it used to bind port 0, which the kernel draws from that range)."""
@@ -169,7 +209,7 @@ def test_mpirun_across_nodes_keeps_off_an_interface_every_node_has(reference):
                         ["addr", "add", "172.17.0.1/16", "dev", "docker0"], ["link", "set", "docker0", "up"]):
             subprocess.run(["ip", "-n", f"{cluster.PREFIX}-{node}", *command], check=True)
     try:
-        run = subprocess.run([sys.executable, "-m", "harness.launch", "horovod", "--mpi", "--hosts=node1:1,node2:1",
+        run = subprocess.run([sys.executable, "-m", "launcher", "horovod", "--mpi", "--hosts=node1:1,node2:1",
                               "--", *TINY.split(), "--ckpt_dir=mpi-hosts", "--run_name=mpi-hosts"], cwd=reference,
                              env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=180)
     finally:
@@ -220,7 +260,7 @@ def other_commit_on_node1_no_venv_on_node2(nodes, shared_work):
 def test_a_launch_names_each_node_s_problem_before_any_task_starts(other_commit_on_node1_no_venv_on_node2,
                                                                    shared_work):
     check = make_check("HOSTS=node1:1,node2:1", cwd=shared_work)
-    run = subprocess.run([sys.executable, "-m", "harness.launch", "tf", "--hosts=node1:1,node2:1", "--",
+    run = subprocess.run([sys.executable, "-m", "launcher", "tf", "--hosts=node1:1,node2:1", "--",
                           *TINY.split()], cwd=shared_work, env={**os.environ, "PYTHONPATH": REPO},
                          capture_output=True, text=True, timeout=120)
     for result in (check, run):
@@ -232,29 +272,90 @@ def test_a_launch_names_each_node_s_problem_before_any_task_starts(other_commit_
     assert "[worker" not in run.stdout + run.stderr  # no task started
 
 
-def test_a_host_name_on_a_loopback_address_is_named_before_horovod_and_harmless_to_tf(nodes, shared_work):
-    """Each node's /etc/hosts names it 127.0.1.1, as Debian's installer writes it: Horovod's Gloo binds its process
-    sets there (its ranks aborted: connect [127.0.1.1]), so a Horovod launch names both nodes and starts nothing;
-    parameter servers are unaffected."""
+def test_what_breaks_between_real_hosts_is_named_with_both_ends_before_any_task_starts(nodes, shared_work):
+    """Planted each in a node's own mount or network namespace: node1's /etc/hosts lacks node2; node2 sends no TCP
+    but ssh's (a firewall: neither its listener's answers nor its own connections get out); node2's Horovod says it
+    is another version and its model file differs. make check and a launch name each, one line, both ends where it
+    lies between two."""
+    hosts = os.path.join(shared_work, "hosts-node1")
+    with open(hosts, "w") as f:
+        f.write("".join(line for line in open(cluster.HOSTS_FILE) if "node2" not in line))
+    (metadata,) = glob.glob(os.path.join(REPO, ".venv/lib/python3*/site-packages/horovod-*.dist-info/METADATA"))
+    older = os.path.join(shared_work, "METADATA")
+    with open(older, "w") as f:
+        f.write(re.sub(r"(?m)^Version: .*$", "Version: 0.27.0", open(metadata).read()))
+    model = os.path.join(REPO, "models", "lstm.py")
+    edited = os.path.join(shared_work, "lstm.py")
+    with open(edited, "w") as f:
+        f.write(open(model).read() + "\n# edited on node2\n")
+    node2 = f"{cluster.PREFIX}-node2"
+    in_node("node1", "mount", "--bind", hosts, cluster.HOSTS_FILE)
+    in_node("node2", "mount", "--bind", older, metadata)
+    in_node("node2", "mount", "--bind", edited, model)
+    # ssh's answers to the link's class; any other TCP into a class under the link's htb whose queue holds nothing
+    def tc(kind, verb, *args):
+        subprocess.run(["ip", "netns", "exec", node2, "tc", kind, verb, "dev", "eth0", *args], check=True,
+                       capture_output=True)
+    tc("class", "add", "parent", "1:", "classid", "1:2", "htb", "rate", "8bit", "ceil", "8bit")
+    tc("qdisc", "add", "parent", "1:2", "handle", "20:", "pfifo", "limit", "0")
+    tc("filter", "add", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "protocol", "6", "0xff",
+       "match", "ip", "sport", "22", "0xffff", "flowid", "1:1")
+    tc("filter", "add", "parent", "1:", "protocol", "ip", "prio", "2", "u32", "match", "ip", "protocol", "6", "0xff",
+       "flowid", "1:2")
+    try:
+        check = make_check("HOSTS=node1:1,node2:1", cwd=shared_work)
+        run = subprocess.run([sys.executable, "-m", "launcher", "horovod", "--hosts=node1:1,node2:1", "--",
+                              *TINY.split()], cwd=shared_work, env={**os.environ, "PYTHONPATH": REPO},
+                             capture_output=True, text=True, timeout=180)
+    finally:
+        for priority in ("1", "2"):
+            tc("filter", "del", "parent", "1:", "prio", priority)
+        tc("class", "del", "classid", "1:2")
+        in_node("node1", "umount", cluster.HOSTS_FILE)
+        in_node("node2", "umount", metadata)
+        in_node("node2", "umount", model)
+    here = socket.gethostname()
+    for result in (check, run):
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout + result.stderr
+        errors = [line.split(": error: ", 1)[1] for line in result.stderr.splitlines() if ": error: " in line]
+        for expected in (f"node2: Horovod 0.27.0 there, 0.28.1 on this machine ({here})",
+                         f"node2: the model file models/lstm.py differs there from this machine's ({here})",
+                         "node1 cannot resolve node2's name",
+                         "node1 cannot connect to a port on node2",
+                         "node2 cannot connect to a port on node1",
+                         "node2 cannot connect to a port on this machine's rendezvous"):
+            assert any(error.startswith(expected) for error in errors), "\n".join([expected, *errors])
+        assert not any(error.startswith("node1 cannot connect to a port on this machine") for error in errors), errors
+    assert "[worker" not in run.stdout + run.stderr  # no task started
+
+
+def test_horovod_and_the_hybrid_run_across_nodes_whose_names_are_on_loopback(reference):
+    """Each node's /etc/hosts names it 127.0.1.1, as Debian's and Ubuntu's installers write it, where Horovod's Gloo
+    would bind its process sets (its ranks aborted: connect [127.0.1.1]); the launcher preloads
+    launcher/gloo_hostname.c into those ranks, so make run-horovod and make run-parallax end as the reference, and
+    make check says what the shim's absence would cost."""
     for node in cluster.names(NODES):
-        hosts = os.path.join(shared_work, f"hosts-{node}")
+        hosts = os.path.join(reference, f"hosts-{node}")
         with open(hosts, "w") as f:
             f.write(f"127.0.1.1 {node}\n{open(cluster.HOSTS_FILE).read()}")
         in_node(node, "mount", "--bind", hosts, cluster.HOSTS_FILE)
     try:
-        def launch(architecture):
-            return subprocess.run([sys.executable, "-m", "harness.launch", architecture, "--hosts=node1:1,node2:1",
-                                   "--", *TINY.split(), f"--ckpt_dir={architecture}", f"--run_name={architecture}"],
-                                  cwd=shared_work, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True,
-                                  text=True, timeout=300)
-        horovod = launch("horovod")
-        assert horovod.returncode == 2 and "[worker" not in horovod.stdout, horovod.stdout + horovod.stderr
-        errors = [line.split(": error: ")[1] for line in horovod.stderr.splitlines() if ": error: " in line]
-        assert len(errors) == NODES and all(error.startswith(f"{node}: its host name {node} resolves there to "
-                                                             f"127.0.1.1,") for node, error in
-                                            zip(cluster.names(NODES), errors)), errors
-        tf = launch("tf")
-        assert tf.returncode == 0, tf.stderr
+        for architecture in ("horovod", "parallax"):
+            run = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", f"run-{architecture}",
+                                  "HOSTS=node1:1,node2:1", "CONFIG=tiny", "STEPS=20", "WARMUP=5",
+                                  f"RESULTS={reference}/results", f"CKPT_DIR={reference}/{architecture}-loopback",
+                                  "ARGS=--log_every=10"], capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            assert matches_reference(reference, f"{architecture}-loopback")
+        shim = GLOO_HOSTNAME_SHIM
+        in_node("node2", "mount", "--bind", "/dev/null", shim)  # as if node2's .venv predated it: not a library
+        try:
+            check = make_check("HOSTS=node1:1,node2:1", cwd=reference)
+        finally:
+            in_node("node2", "umount", shim)
+        assert check.returncode == 2 and "node2: its host name node2 resolves there to 127.0.1.1" in check.stderr, \
+            check.stderr
+        assert "node1:" not in check.stderr
     finally:
         for node in cluster.names(NODES):
             in_node(node, "umount", cluster.HOSTS_FILE)
@@ -468,7 +569,7 @@ def test_an_srun_client_killed_under_salloc_leaves_no_step_behind(nodes, shared_
     """An allocation that outlives the run (salloc, a shell in it): worker1's srun client, for node2, killed with
     -9; the launcher names the task, stops the others, and no step or process is left in the allocation."""
     marker = f"salloc-srun-{uuid.uuid4().hex[:8]}"
-    launcher = (f"{sys.executable} -m harness.launch tf --slurm --workers=2 -- {FOREVER} --run_name={marker} "
+    launcher = (f"{sys.executable} -m launcher tf --slurm --workers=2 -- {FOREVER} --run_name={marker} "
                 f"> {marker}.out 2>&1; until [ -e {marker}.done ]; do sleep 0.2; done")
     allocation = subprocess.Popen(["salloc", "--nodes=2", "--ntasks-per-node=1", "bash", "-c", launcher],
                                   cwd=shared_work, env={**SLURM, "PYTHONPATH": REPO}, stdout=subprocess.DEVNULL,
@@ -531,7 +632,7 @@ def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_r
         check = make_check("HOSTS=node1:1,node2:1", cwd=work)
         assert check.returncode == 0 and check.stdout.count("workdir private") == 2, check.stdout + check.stderr
         train_reference(TINY.split()[:3], 2, "reference", work)
-        run = subprocess.run([sys.executable, "-m", "harness.launch", "tf", "--hosts=node1:1,node2:1", "--",
+        run = subprocess.run([sys.executable, "-m", "launcher", "tf", "--hosts=node1:1,node2:1", "--",
                               *TINY.split(), "--ckpt_dir=private", "--run_name=private"], cwd=work,
                              env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr

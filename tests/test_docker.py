@@ -19,13 +19,13 @@ import pytest
 
 from conftest import (REPO, bit_identical, checkpoint_tensors, launch, launch_and_wait, launcher_usage_error, long_run,
                       train_reference)
-from harness.tasks import TASKS_PEAK_MEMORY
+from launcher.tasks import TASKS_PEAK_MEMORY
 
 # A fresh machine builds the image's base and Horovod in the first test's setup, beside another group of tests
 # (make test runs two at a time): up to the build's own hour, not pytest.ini's 30 minutes.
 pytestmark = pytest.mark.timeout(3600)
 
-LABEL = "lstm-dist.run"  # harness/starters/docker.py labels every container and network of a run with it
+LABEL = "lstm-dist.run"  # launcher/starters/docker.py labels every container and network of a run with it
 
 
 def docker(*args, timeout=120):

@@ -1,4 +1,4 @@
-"""run_horovod.py through the launcher (python -m harness.launch horovod), on the tiny config."""
+"""run_horovod.py through the launcher (python -m launcher horovod), on the tiny config."""
 import os
 import subprocess
 import sys

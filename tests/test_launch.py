@@ -9,9 +9,9 @@ import time
 import pytest
 
 from conftest import REPO, launcher_usage_error, run_module
-from harness import lifeline
-from harness.starters import local
-from harness.starters.local import LocalProcess
+from launcher import lifeline
+from launcher.starters import local
+from launcher.starters.local import LocalProcess
 
 # A task that ignores SIGTERM but says when it arrived (CLOCK_MONOTONIC: one clock for every process).
 IGNORES_SIGTERM = """import signal, time
@@ -44,10 +44,11 @@ def test_tasks_are_stopped_together_within_one_grace_period():
 # was loaded, and whether it loads once used.
 READS_EVERY_MODEL = """import sys
 import harness.determinism
-from harness import launch, models
+from harness import models
+from launcher import launch
 for name in sys.argv[1:]:
     for config in models.load(name).CONFIGS:
-        for architecture in launch.SCRIPTS:
+        for architecture in launch.ARCHITECTURES:
             args = launch.parse_flags([architecture, "--workers=2", "--net=1gbit", "--", f"--model={name}",
                                        f"--config={config}"])
             model, chosen = models.from_flags(args.runner_args)
@@ -73,7 +74,7 @@ def test_without_a_usable_horovod_the_launcher_says_run_make_setup(tmp_path, ass
     broken = tmp_path / "broken" / "horovod"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('built against another TensorFlow')\n")
-    process = subprocess.run([sys.executable, "-m", "harness.launch", architecture, "--", "--config=tiny"],
+    process = subprocess.run([sys.executable, "-m", "launcher", architecture, "--", "--config=tiny"],
                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": f"{broken.parent}:{REPO}"},
                              capture_output=True, text=True)
     assert_usage_error(process, "Horovod is not usable", "built against another TensorFlow", "make setup")
@@ -107,7 +108,7 @@ def test_no_two_tasks_of_a_run_get_the_same_port():
     """TensorFlow binds every interface, so a parameter server on 127.0.0.1 and a worker on 127.0.0.2 with one
     port collide; so do two tasks of one host drawn apart. Here the tasks take 45% of the range: drawn
     independently, some would share a port."""
-    from harness import launch
+    from launcher import launch
     n = len(local.listening_ports()) * 3 // 20
     ps, workers = launch.with_ports(["127.0.0.1"] * n, ["127.0.0.1"] * n + ["127.0.0.2"] * n, LocalProcess())
     ports = [int(address.rsplit(":", 1)[1]) for address in ps + workers]
@@ -118,8 +119,8 @@ def test_no_two_tasks_of_a_run_get_the_same_port():
 def test_gloo_waits_long_enough_for_the_first_broadcast_on_a_slow_link():
     """Horovod's first collective broadcasts every variable from rank 0: on an emulated 100 Mbit/s link,
     lm1b-sparse's tables (and their Adagrad slots) to 5 ranks outlast Gloo's 30 s (a W = 6 run failed so)."""
-    from harness import launch
-    from harness.starters import netns
+    from launcher import launch
+    from launcher.starters import netns
     from harness import models
     lstm = models.load("lstm")
     config = lstm.CONFIGS["lm1b-sparse"]

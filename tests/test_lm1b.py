@@ -7,7 +7,7 @@ import re
 import pytest
 
 from harness import models
-from harness.tasks import TASKS_PEAK_MEMORY
+from launcher.tasks import TASKS_PEAK_MEMORY
 from conftest import bit_identical, checkpoint_tensors, launch_and_wait, read_jsonl, train_reference
 
 LM1B_TINY = ["--config=lm1b-tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]

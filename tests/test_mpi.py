@@ -1,4 +1,4 @@
-"""Horovod over MPI: make run-horovod MPI=1 (python -m harness.launch horovod --mpi), with Debian's OpenMPI's
+"""Horovod over MPI: make run-horovod MPI=1 (python -m launcher horovod --mpi), with Debian's OpenMPI's
 real mpirun and Horovod's MPI controller, on the tiny config."""
 import os
 import shutil
@@ -68,4 +68,4 @@ def test_bad_mpi_flags_are_one_line_and_exit_2(tmp_path, assert_usage_error, fla
 
 
 def test_mpi_is_for_horovod_only(tmp_path, assert_usage_error):
-    assert_usage_error(launcher_usage_error("tf", ["--mpi", "--", "--config=tiny"], tmp_path), "--mpi: only for horovod")
+    assert_usage_error(launcher_usage_error("tf", ["--mpi", "--", "--config=tiny"], tmp_path), "--mpi: only where every task is a Horovod rank (horovod)")

@@ -1,4 +1,4 @@
-"""The emulated cluster (launcher --net, harness/starters/netns.py): real network namespaces, veth pairs, a
+"""The emulated cluster (launcher --net, launcher/starters/netns.py): real network namespaces, veth pairs, a
 bridge and htb on both ends of every link."""
 import json
 import os
@@ -12,7 +12,7 @@ import pytest
 from conftest import (missing, is_task, kill_a_task_mid_run, launch, launcher_usage_error, long_run, no_process_left,
                       run_script)
 from harness import events
-from harness.starters import netns
+from launcher.starters import netns
 
 TINY = ["--config=tiny", "--steps=20", "--warmup_steps=5", "--log_every=5"]
 

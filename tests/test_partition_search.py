@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from harness import partition_search
+from launcher import partition_search
 
 
 def test_the_fit_recovers_a_known_curve_and_its_best_integer():

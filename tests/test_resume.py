@@ -195,7 +195,7 @@ def test_resuming_without_a_checkpoint_is_refused(tmp_path, assert_usage_error):
 
 
 def launch(architecture, *flags, cwd, launcher_flags=()):
-    return subprocess.run([sys.executable, "-m", "harness.launch", architecture, "--workers=2", *launcher_flags,
+    return subprocess.run([sys.executable, "-m", "launcher", architecture, "--workers=2", *launcher_flags,
                            "--", *[f for f in TINY if not f.startswith("--emulate_workers")], *flags],
                           cwd=cwd, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,
                           timeout=600)

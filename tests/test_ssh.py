@@ -47,7 +47,7 @@ def test_a_run_over_ssh_killed_and_resumed_matches_the_reference(reference, ssh_
 
 
 def test_a_task_killed_on_its_host_takes_the_run_down(tmp_path, ssh_config):
-    """The victim runs under sshd, through harness/lifeline.py; when it dies the launcher stops the other
+    """The victim runs under sshd, through launcher/lifeline.py; when it dies the launcher stops the other
     tasks by closing their connections, and their hosts stop them."""
     def is_remote_worker1(pid, argv):
         parent = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
@@ -68,7 +68,7 @@ def test_interrupting_the_launcher_stops_the_tasks_on_their_hosts(tmp_path, ssh_
 def test_lifeline_stops_its_task_when_the_heartbeats_stop(tmp_path):
     """The host side of a cut-off network: the connection stays open but silent, and lifeline.py stops the
     task after LIFELINE_SILENCE_SECONDS."""
-    lifeline = subprocess.Popen([sys.executable, os.path.join(REPO, "harness", "lifeline.py"), "sleep", "120"],
+    lifeline = subprocess.Popen([sys.executable, os.path.join(REPO, "launcher", "lifeline.py"), "sleep", "120"],
                                 stdin=subprocess.PIPE, env={**os.environ, "LIFELINE_SILENCE_SECONDS": "2"})
     try:
         assert lifeline.wait(timeout=30) == 128 + signal.SIGTERM

@@ -204,6 +204,14 @@ def test_make_submission_s_bench_leaves_out_the_assignment_s_warm_up_by_default(
     assert "--runners=tf,horovod,parallax" in steps["bench"]
 
 
+def test_make_submission_with_hosts_benches_on_them(tmp_path, monkeypatch):
+    """HOSTS= reaches verify's runs and the bench alike (bench.run --hosts measures the hosts' links itself)."""
+    monkeypatch.chdir(tmp_path)
+    steps = dict(submit.commands(submit.parse_flags(["--hosts=node1:1,node2:1"])))
+    assert "--hosts=node1:1,node2:1" in steps["verify"] and "--hosts=node1:1,node2:1" in steps["bench"]
+    assert not any(arg.startswith("--net") for arg in steps["bench"])
+
+
 def test_a_copy_without_git_history_is_one_line_and_exit_2(tmp_path, assert_usage_error):
     """A submission is tied to a commit: a downloaded copy of the code (no .git) cannot make or grade one."""
     subprocess.run(f"git -C {REPO} archive HEAD | tar -x -C {tmp_path}", shell=True, check=True)

@@ -6,11 +6,13 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 import uuid
 
 import harness
-from harness import REPO, environment, lifeline, tasks
-from harness.starters.local import LocalProcess
+from harness import REPO, environment, events
+from launcher import lifeline, tasks
+from launcher.starters.local import LocalProcess
 
 
 # The launcher's variables a task's behaviour depends on, handed to tasks on other hosts (ssh passes none, mpirun
@@ -58,7 +60,8 @@ print(open(token_file).read() if os.path.exists(token_file) else "")
 """
 
 
-# Run on a host: its interface whose address the host reaches argv[1] from, and that interface's network.
+# Run on a host: its interface whose address the host reaches argv[1] from, that interface's network and address,
+# and whether the host's own name resolves to loopback there (Debian's and Ubuntu's 127.0.1.1).
 INTERFACE_PROBE = """
 import fcntl, ipaddress, socket, struct, sys
 route = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -69,10 +72,26 @@ for _, name in socket.if_nameindex():
     try:  # SIOCGIFADDR and SIOCGIFNETMASK: the interface's IPv4 address and mask
         if socket.inet_ntoa(fcntl.ioctl(route, 0x8915, request)[20:24]) == mine:
             mask = socket.inet_ntoa(fcntl.ioctl(route, 0x891B, request)[20:24])
-            print(name, ipaddress.ip_interface(f"{mine}/{mask}").network)
+            try:
+                own = ipaddress.ip_address(socket.gethostbyname(socket.gethostname())).is_loopback
+            except OSError:
+                own = False
+            print(name, ipaddress.ip_interface(f"{mine}/{mask}").network, mine, int(own))
     except OSError:
         pass
 """
+
+
+# Preloaded into Horovod's ranks on a host whose name resolves to loopback: Gloo then binds to LSTM_GLOO_HOSTNAME.
+GLOO_HOSTNAME_SHIM = os.path.join(REPO, ".venv", "lib", "gloo_hostname.so")
+
+
+class Interface(typing.NamedTuple):
+    """A host's interface towards this machine, as INTERFACE_PROBE finds it."""
+    name: str
+    network: str
+    address: str
+    name_on_loopback: bool  # the host's own name resolves to loopback there
 
 
 def address_towards(host):
@@ -142,9 +161,9 @@ class OnHosts(LocalProcess):
         return json.loads(run_there(lambda argv: self.command(host, argv), host, environment.PROBE, REPO))
 
     def interface_on(self, host, address):
-        """(name, network) of the interface `host` reaches `address` through, by a probe run there (None if none)."""
+        """The Interface `host` reaches `address` through, by a probe run there (None if none)."""
         found = run_there(lambda argv: self.command(host, argv), host, INTERFACE_PROBE, address).split()
-        return tuple(found[:2]) if found else None
+        return Interface(*found[:3], found[3] == "1") if found else None
 
     def fetch(self, host, paths):
         """Copy `paths` (files or directories, absent ones skipped) from `host` to the same paths here."""
@@ -161,3 +180,53 @@ class OnHosts(LocalProcess):
         if host not in self.shared:
             self.free_ports(host, 0)
         return self.shared[host]
+
+
+class HostByteCounter:
+    """Each host's bytes over the measured steps (launch --count_bytes): the first worker on each host announces its
+    host's interface counters after every step (events.host_bytes), and the chief's measured_steps events say which
+    steps to difference. The interface is the one the host reaches this machine through; its counters include
+    every frame's header, as an emulated switch's do."""
+
+    def __init__(self, starter, worker_hosts):
+        self.hosts = [host for host, _ in starter.hosts]
+        self.counting = {}  # host: the worker that counts its bytes
+        for i, host in enumerate(worker_hosts):
+            self.counting.setdefault(host, f"worker{i}")
+        self.host_of = {task: host for host, task in self.counting.items()}
+        self.interfaces = {host: starter.interface_on(host, address_towards(host)[0]) for host in self.counting}
+        self.samples = {host: {} for host in self.counting}  # host: {after_step: (sent, received)}
+        self.window = {}  # after_step: the chief's time.monotonic() then
+
+    def env(self, task):
+        """The variable that makes `task` count its host's bytes, if it is the worker that does."""
+        interface = self.interfaces.get(task.host)
+        return {events.HOST_INTERFACE: interface[0]} if self.counting.get(task.host) == task.name and interface else {}
+
+    def watch(self, task, line, running):
+        event = events.parse(line)
+        if not event:
+            return
+        if event["event"] == "host_bytes" and task in self.host_of:
+            self.samples[self.host_of[task]][event["after_step"]] = (event["sent"], event["received"])
+        elif task == "worker0" and event["event"] in ("measured_steps_begin", "measured_steps_end"):
+            self.window[event["after_step"]] = event["at"]
+
+    def result(self, tasks):
+        """The measured bytes per step of each host (None for a host without a worker), or None if the window or a
+        host's counters at its ends were never seen."""
+        if len(self.window) < 2:
+            return None
+        (first, begun), (last, ended) = sorted(self.window.items())
+        if any(first not in seen or last not in seen for seen in self.samples.values()):
+            return None
+        steps = last - first
+
+        def per_step(host, direction):
+            seen = self.samples.get(host)
+            return (seen[last][direction] - seen[first][direction]) / steps if seen else None
+        return {"link": "hosts", "from_step": first, "to_step": last, "steps": steps, "seconds": ended - begun,
+                "machines": [{"host": host, "interface": (self.interfaces.get(host) or (None,))[0],
+                              "tasks": [t.name for t in tasks if t.host == host],
+                              "sent_bytes_per_step": per_step(host, 0), "received_bytes_per_step": per_step(host, 1)}
+                             for host in self.hosts]}

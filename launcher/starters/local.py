@@ -8,7 +8,8 @@ import struct
 import subprocess
 import sys
 
-from harness import environment, lifeline, tasks
+from harness import environment
+from launcher import lifeline, tasks
 
 
 class LocalProcess:
@@ -81,8 +82,7 @@ class LocalProcess:
         return environment.host()
 
     def interface_on(self, host, address):
-        """(name, network) of the interface `host` reaches `address` (this machine's) through, or None: this
-        machine's own."""
+        """The remote.Interface `host` reaches `address` (this machine's) through, or None: this machine's own."""
         return None
 
 

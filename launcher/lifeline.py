@@ -1,4 +1,4 @@
-"""`python harness/lifeline.py COMMAND...`: run a task for a launcher elsewhere, and stop it at end of stdin or after
+"""`python launcher/lifeline.py COMMAND...`: run a task for a launcher elsewhere, and stop it at end of stdin or after
 SILENCE_SECONDS ($LIFELINE_SILENCE_SECONDS) without a heartbeat, which catches a cut-off host sshd would not notice.
 Standard library only: it runs without TensorFlow. docs/architecture.md ("The launcher") explains."""
 import ctypes

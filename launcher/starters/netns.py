@@ -11,8 +11,9 @@ import subprocess
 import sys
 
 import harness
-from harness import events, lifeline
-from harness.starters.local import LocalProcess
+from harness import events
+from launcher import lifeline
+from launcher.starters.local import LocalProcess
 
 PREFIX = "lstmnet"
 INTERFACE = "eth0"  # every machine's end of its link; Horovod's ranks talk over it
@@ -291,6 +292,10 @@ class ByteCounter:
     def __init__(self, cluster):
         self.cluster = cluster
         self.samples = {}  # step: (announced at, each machine's counters)
+
+    def env(self, task):
+        """Nothing: the chief reads the switch's counters through the descriptor every task inherits."""
+        return {}
 
     def watch(self, task, line, running):
         event = events.parse(line) if task == "worker0" else None

@@ -1,5 +1,5 @@
 """Every task in a container of its own (launch --docker=IMAGE; make docker-verify), as if on its own machine;
-docs/architecture.md ("Containers") says how and why. `python -m harness.starters.docker --image=IMAGE --name=NAME
+docs/architecture.md ("Containers") says how and why. `python -m launcher.starters.docker --image=IMAGE --name=NAME
 -- COMMAND...` runs one command in one container without a network (verify's reference run)."""
 import atexit
 import dataclasses
@@ -15,9 +15,10 @@ import threading
 import uuid
 
 import harness
-from harness import REPO, environment, tasks
-from harness.starters.local import LocalProcess
-from harness.starters.remote import heartbeat
+from harness import REPO, environment
+from launcher import tasks
+from launcher.starters.local import LocalProcess
+from launcher.starters.remote import heartbeat
 
 IMAGE_REPO = "/opt/lstm-dist"  # where docker/Dockerfile puts the repository, its .venv at IMAGE_REPO/.venv
 PORT = 2222
@@ -104,7 +105,7 @@ class Docker(LocalProcess):
                 f"--user={os.getuid()}:{os.getgid()}", "--cap-drop=ALL", "--security-opt=no-new-privileges",
                 f"--volume={cwd}:{cwd}", f"--workdir={cwd}", "--env=HOME=/tmp",
                 *[f"--env={name}={value}" for name, value in task.env.items()], self.image,
-                "python", f"{IMAGE_REPO}/harness/lifeline.py", *in_image(task.argv)]
+                "python", f"{IMAGE_REPO}/launcher/lifeline.py", *in_image(task.argv)]
 
     def start(self, task):
         process = super().start(dataclasses.replace(task, argv=self.command(task), env={}), stdin=subprocess.PIPE)
@@ -150,7 +151,7 @@ def main():
     split = argv.index("--") if "--" in argv else len(argv)
     options = dict(arg[2:].split("=", 1) for arg in argv[:split] if arg.startswith("--") and "=" in arg)
     if set(options) != {"image", "name"} or split != 2 or split + 1 >= len(argv):
-        raise harness.UsageError("usage: python -m harness.starters.docker --image=IMAGE --name=NAME -- COMMAND...")
+        raise harness.UsageError("usage: python -m launcher.starters.docker --image=IMAGE --name=NAME -- COMMAND...")
     check(options["image"])
     with Docker(options["image"]) as starter:
         return tasks.run_tasks([tasks.Task(options["name"], argv[split + 1:], {"PYTHONUNBUFFERED": "1"})], starter)

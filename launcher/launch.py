@@ -1,8 +1,8 @@
 """Start the tasks of a distributed run, watch them and tear them down; every flag is checked before any starts.
 
-    python -m harness.launch tf --workers=2 --ps=1 -- --config=small --steps=300     (make run-tf)
-    python -m harness.launch horovod --workers=2 -- --config=small --steps=300       (make run-horovod)
-    python -m harness.launch parallax --workers=2 --ps=1 --net=100mbit -- ...        (make run-parallax NET=100mbit)
+    python -m launcher tf --workers=2 --ps=1 -- --config=small --steps=300     (make run-tf)
+    python -m launcher horovod --workers=2 -- --config=small --steps=300       (make run-horovod)
+    python -m launcher parallax --workers=2 --ps=1 --net=100mbit -- ...        (make run-parallax NET=100mbit)
 
 Flags before "--" are the launcher's, after it the runner's. docs/cluster.md shows hosts, Slurm, MPI and Docker.
 """
@@ -15,15 +15,16 @@ import socket
 import sys
 
 import harness
-from harness import REPO, checkpoints, data, flags, models, partition_search, preflight, results, runner_flags
+from harness import REPO, checkpoints, data, flags, models, results, runner_flags
 from harness.checkpoints import Checkpoints
-from harness.tasks import Fault, Task, run_tasks
-from harness.experiments import SCRIPTS
-from harness.starters import docker, mpirun, netns
-from harness.starters.local import LocalProcess
-from harness.starters.remote import address_towards
-from harness.starters.srun import Srun
-from harness.starters.ssh import Ssh
+from harness.experiments import ARCHITECTURES
+from launcher import partition_search, preflight
+from launcher.tasks import Fault, Task, run_tasks
+from launcher.starters import docker, mpirun, netns
+from launcher.starters.local import LocalProcess
+from launcher.starters.remote import GLOO_HOSTNAME_SHIM, HostByteCounter, address_towards
+from launcher.starters.srun import Srun
+from launcher.starters.ssh import Ssh
 
 
 # A collective whose peer died fails after this many seconds (Horovod's default); the launcher stops the others
@@ -44,7 +45,8 @@ def gloo_timeout_seconds(model, config, workers, link):
 def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO_TIMEOUT_SECONDS, starter=None):
     """Start Horovod's rendezvous in this process; return (each rank's environment as horovodrun --gloo sets it,
     rank r on worker_hosts[r]; stop_rendezvous). A rank talks over `network_interface`, else the interface its
-    host routes this machine's address through (`starter.interface_on`), else the one this machine uses."""
+    host routes this machine's address through (`starter.interface_on`), else the one this machine uses; on a host
+    whose name resolves to loopback, Gloo's process sets bind to that interface's address (launcher/gloo_hostname.c)."""
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
     from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
     from horovod.runner.http.http_server import RendezvousServer
@@ -57,15 +59,19 @@ def horovod_environments(worker_hosts, network_interface=None, gloo_timeout=GLOO
     rendezvous.init(slots)
     shared = {**create_run_env_vars(address, [network_interface or interface], port), "PYTHONUNBUFFERED": "1",
               "HOROVOD_GLOO_TIMEOUT_SECONDS": str(gloo_timeout)}
+    def routable(found):  # the shim, where the host's name is on loopback
+        return {"LD_PRELOAD": GLOO_HOSTNAME_SHIM, "LSTM_GLOO_HOSTNAME": found.address} \
+            if found and found.name_on_loopback else {}
     return [{k: str(v) for k, v in {**shared, **create_slot_env_vars(slot),
                                     "HOROVOD_GLOO_IFACE": network_interface or (interfaces[slot.hostname] or
-                                                                                (interface,))[0]}.items()}
+                                                                                (interface,))[0],
+                                    **routable(interfaces[slot.hostname])}.items()}
             for slot in slots], rendezvous.stop
 
 
 def host_interfaces(worker_hosts, starter=None):
-    """(this machine's address towards the first worker, (name, network) of its interface, {host: (name, network)
-    of the interface that host reaches it through, None for this machine}): each host names its own interfaces."""
+    """(this machine's address towards the first worker, (name, network) of its interface, {host: the
+    remote.Interface that host reaches it through, None for this machine}): each host names its own interfaces."""
     address, interface = address_towards(worker_hosts[0])
     return address, interface, {host: starter and starter.interface_on(host, address)
                                 for host in dict.fromkeys(worker_hosts)}
@@ -99,10 +105,11 @@ def with_ports(ps_hosts, worker_hosts, starter):
 
 
 def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_interface=None, watch=None,
-           mpi=False, gloo_timeout=GLOO_TIMEOUT_SECONDS, fault=None):
-    """Run one job of `architecture` with `starter`; return (exit status, tasks). `mpi`: one local mpirun starts all;
-    `fault`: a tasks.Fault, which `watch` is to be given the lines for."""
-    script = SCRIPTS[architecture]
+           mpi=False, gloo_timeout=GLOO_TIMEOUT_SECONDS, fault=None, counter=None):
+    """Run one job of `architecture` (an experiments.Architecture) with `starter`; return (exit status, tasks).
+    `mpi`: one local mpirun starts all; `fault`: a tasks.Fault, `counter` a byte counter, which `watch` is to be
+    given the lines for."""
+    script = architecture.script
     runner_flags = [*runner_flags, "--events"]  # the chief's @event lines, which run_tasks reads and keeps apart
     if mpi:
         tasks = [Task("mpirun", mpirun.command(worker_hosts, [sys.executable, os.path.join(REPO, script),
@@ -110,18 +117,18 @@ def launch(architecture, worker_hosts, ps_hosts, runner_flags, starter, network_
                                                mpi_networks(worker_hosts, network_interface, starter)),
                       untag=mpirun.untag)]
         return run_tasks(tasks, LocalProcess(), watch=watch), tasks
-    if architecture == "horovod":
+    if not architecture.parameter_servers:
         tasks = [Task(f"worker{r}", [sys.executable, os.path.join(REPO, script), *runner_flags], host=host)
                  for r, host in enumerate(worker_hosts)]
     else:
         tasks = parameter_server_tasks(script, runner_flags, *with_ports(ps_hosts, worker_hosts, starter))
     stop_rendezvous = None
-    if architecture != "tf":  # the workers are Horovod ranks
+    if architecture.horovod_ranks:
         environments, stop_rendezvous = horovod_environments(worker_hosts, network_interface, gloo_timeout, starter)
         for task, environment in zip([t for t in tasks if t.name.startswith("worker")], environments):
             task.env.update(environment)
-    for task in tasks if fault else []:
-        task.env.update(fault.env(task.name))
+    for task in tasks:
+        task.env.update({**(fault.env(task.name) if fault else {}), **(counter.env(task) if counter else {})})
     try:
         return run_tasks(tasks, starter, watch=watch, poll=fault and fault.poll), tasks
     finally:
@@ -137,11 +144,12 @@ CONFLICTS = [
     ("docker", ("hosts", "slurm", "mpi", "net", "machines"), "each task is a machine"),
     ("ssh_config", ("mpi",), "mpirun reaches the hosts with its own ssh"),
     ("mpi", ("net",), "mpirun starts the ranks on this machine's network"),
+    ("count_bytes", ("mpi",), "mpirun starts the ranks, not the launcher"),
 ]
 
 
 def launcher_flags():
-    parser = flags.FlagSet("python -m harness.launch ARCHITECTURE", __doc__)
+    parser = flags.FlagSet("python -m launcher ARCHITECTURE", __doc__)
     flags.DEFINE_integer("workers", 2, "worker processes", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("ps", 1, "parameter-server tasks (tf, parallax)", lower_bound=1, flag_values=parser)
     flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,... to run on over ssh (make HOSTS=); the "
@@ -174,6 +182,9 @@ def launcher_flags():
                         "after the tasks start; TASK may be launcher, this process. checkpoint:STEP:STAGE "
                         f"(checkpoint:20:variables): the chief kills itself writing that checkpoint, after its "
                         f"{', '.join(checkpoints.STAGES)} (the stage's files written, the next not)", parser)
+    flags.DEFINE_boolean("count_bytes", False, "with --hosts or --slurm: count each host's bytes over the measured "
+                         "steps (the first worker on a host reads its interface's counters after every step), into "
+                         "<run>.network.json as --net's switch does (make bench HOSTS=)", flag_values=parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts or --slurm: refuse to start unless every host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
     return parser
@@ -196,8 +207,9 @@ def parse_flags(argv):
     split = argv.index("--") if "--" in argv else len(argv)  # after "--": the runner's flags
     args = flags.parse(launcher_flags(), argv[:split], positional=1)
     args.architecture = args.positional[0]
-    if args.architecture not in SCRIPTS:
-        raise harness.UsageError(f"architecture {args.architecture!r}: expected one of {', '.join(SCRIPTS)}")
+    if args.architecture not in ARCHITECTURES:
+        raise harness.UsageError(f"architecture {args.architecture!r}: expected one of {', '.join(ARCHITECTURES)}")
+    architecture = ARCHITECTURES[args.architecture]
     for flag, others, why in CONFLICTS:
         given = [f"--{other}" for other in others if getattr(args, flag) and getattr(args, other)]
         if given:
@@ -205,14 +217,17 @@ def parse_flags(argv):
     for flag in ("delay", "separate_ps"):
         if getattr(args, flag) and not args.net:
             raise harness.UsageError(f"--{flag}: only with --net")
+    if args.count_bytes and not (args.hosts or args.slurm):
+        raise harness.UsageError("--count_bytes: only with --hosts or --slurm (--net counts at its switch)")
     if args.fault:
         tasks = [f"worker{w}" for w in range(args.workers)] + (
-            [f"ps{p}" for p in range(args.ps)] if args.architecture != "horovod" else []) + ["launcher"]
+            [f"ps{p}" for p in range(args.ps)] if architecture.parameter_servers else []) + ["launcher"]
         if args.fault.task not in tasks or args.mpi:
             raise harness.UsageError(f"--fault={args.fault.text}: no such task of this "
                                      f"run ({', '.join(tasks) if not args.mpi else 'mpirun starts the ranks'})")
-    if args.mpi and args.architecture != "horovod":
-        raise harness.UsageError("--mpi: only for horovod")
+    if args.mpi and (architecture.parameter_servers or not architecture.horovod_ranks):
+        raise harness.UsageError(f"--mpi: only where every task is a Horovod rank "
+                                 f"({', '.join(n for n, a in ARCHITECTURES.items() if not a.parameter_servers)})")
     if args.delay:
         args.net = dataclasses.replace(args.net, delay=args.delay)
     args.machines = args.machines or (args.workers if args.net else 1)
@@ -222,13 +237,14 @@ def parse_flags(argv):
     # Parallax's partition search relaunches the job; it is asked for among the runner's flags.
     args.search = "--search_partitions" in args.runner_flags
     args.runner_flags = [f for f in args.runner_flags if f != "--search_partitions"]
-    if args.search and args.architecture != "parallax":
-        raise harness.UsageError("--search_partitions: only for parallax")
+    if args.search and not architecture.partition_search:
+        raise harness.UsageError(f"--search_partitions: only for "
+                                 f"{', '.join(n for n, a in ARCHITECTURES.items() if a.partition_search)}")
     # The runner's flags are checked here: bad input is one line before any task starts, not one per task.
     cluster_flags = ["--job_name=worker", "--task_index=0", "--ps_hosts=127.0.0.1:1",
                      f"--worker_hosts={','.join(['127.0.0.1:1'] * args.workers)}"]
-    args.runner_args = runner_flags.parse(SCRIPTS[args.architecture][:-3], "", args.runner_flags + (
-        cluster_flags if args.architecture != "horovod" else []))
+    args.runner_args = runner_flags.parse(architecture.script[:-3], "", args.runner_flags + (
+        cluster_flags if architecture.parameter_servers else []))
     data.shard(models.from_flags(args.runner_args)[1].batch_size, 0, args.workers)
     if args.runner_args.resume and not (args.hosts or args.slurm or args.docker):
         # The chief's checkpoints are on this machine: what keeps the run from resuming is said now, once.
@@ -257,7 +273,7 @@ def check_environment(args):
                                  f"their own: name this machine as the other hosts do (its host name)")
     if args.ssh_config and not os.path.isfile(args.ssh_config):
         raise harness.UsageError(f"--ssh_config: {args.ssh_config} does not exist")
-    if args.architecture != "tf":  # (the runner would say the same, once per task)
+    if ARCHITECTURES[args.architecture].horovod_ranks:  # (the runner would say the same, once per task)
         try:  # Horovod's runner, for the rendezvous here, and its TensorFlow library, without loading TensorFlow
             import horovod.runner.gloo_run
             from horovod.common.util import get_extension_full_path
@@ -288,16 +304,18 @@ def main():
 def run_job(args, starter):
     """Place the tasks and run the job with `starter` (after Parallax's partition search, if asked)."""
     runner_flags, runner_args = args.runner_flags, args.runner_args
+    architecture = ARCHITECTURES[args.architecture]
     worker_hosts, ps_hosts = starter.place(args.workers, args.ps)
     preflight.check(starter, args.require_shared_workdir or args.search,  # other hosts: ready, or named
-                    gloo=args.architecture != "tf" and not args.mpi)
-    counter = starter.byte_counter()
+                    gloo=architecture.horovod_ranks and not args.mpi, model=models.path_of(runner_args.model))
+    counter = HostByteCounter(starter, worker_hosts) if args.count_bytes else starter.byte_counter()
     model, config = models.from_flags(runner_args)
     gloo_timeout = gloo_timeout_seconds(model, config, args.workers, args.net)
 
     def run(runner_flags, watch=None, fault=None):
-        return launch(args.architecture, worker_hosts, ps_hosts, runner_flags, starter,
-                      args.network_interface or starter.network_interface, watch, args.mpi, gloo_timeout, fault)
+        return launch(architecture, worker_hosts, ps_hosts, runner_flags, starter,
+                      args.network_interface or starter.network_interface, watch, args.mpi, gloo_timeout, fault,
+                      counter)
     if args.search:
         def trial(n):
             name = f"partition-search-{n}"
@@ -328,7 +346,7 @@ def run_job(args, starter):
         results.write_json(results.network_path(runner_args.results_dir, runner_args.run_name),
                            counter.result(tasks))
     if status == 0:
-        servers = [] if args.architecture == "horovod" else ps_hosts
+        servers = ps_hosts if architecture.parameter_servers else []
         results.write_json(results.hosts_path(runner_args.results_dir, runner_args.run_name),
                            {"run": runner_args.run_name, "hosts": hosts_of(starter, worker_hosts, servers)}, "hosts")
     return status
@@ -344,6 +362,3 @@ def hosts_of(starter, worker_hosts, ps_hosts):
         found = dict(zip(names, pool.map(starter.environment, names)))
     return [{"host": host, "tasks": tasks, "environment": found[host]} for host, tasks in names.items()]
 
-
-if __name__ == "__main__":
-    harness.main(main)

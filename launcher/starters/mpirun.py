@@ -5,7 +5,7 @@ import re
 import shutil
 
 import harness
-from harness.starters.remote import forwarded_environment
+from launcher.starters.remote import forwarded_environment
 
 
 def check():

@@ -7,7 +7,7 @@ import sys
 import threading
 
 from harness import REPO
-from harness.starters.remote import OnHosts, forwarded_environment, heartbeat
+from launcher.starters.remote import OnHosts, forwarded_environment, heartbeat
 
 
 class Ssh(OnHosts):
@@ -28,7 +28,7 @@ class Ssh(OnHosts):
         return [*self.ssh, host, f"cd {shlex.quote(os.getcwd())} && exec {shlex.join(['env', *assignments, *argv])}"]
 
     def start(self, task):
-        argv = [sys.executable, os.path.join(REPO, "harness", "lifeline.py"), *task.argv]
+        argv = [sys.executable, os.path.join(REPO, "launcher", "lifeline.py"), *task.argv]
         process = super().start(dataclasses.replace(task, argv=self.command(
             task.host, argv, {**forwarded_environment(), **task.env}), env={}), stdin=subprocess.PIPE)
         threading.Thread(target=heartbeat, args=(process,), daemon=True).start()
