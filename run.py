@@ -15,16 +15,21 @@ from harness.variables import Params
 import tensorflow as tf
 
 
-def reference_step(model, config, seed, feed, num_workers):
-    """One step as `num_workers` shards: (params, gradient kinds, objective, final state, global norm, train op)."""
-    params = Params(model, config, seed)
+def worker_gradients(params, feed, seed, num_workers):
+    """(objectives, final states, gradients) of `num_workers` workers, each on its shard of the fed rows."""
     # worker r's forward pass, on its rows only
-    losses, final_states = zip(*[feed.loss(params, seed, data.shard(config.batch_size, r, num_workers))
+    losses, final_states = zip(*[feed.loss(params, seed, data.shard(feed.config.batch_size, r, num_workers))
                                  for r in range(num_workers)])
     counts = [tf.cast(loss.count, tf.float32) for loss in losses if isinstance(loss, training.TokenLoss)]
     mean_count = tf.add_n(counts) / num_workers if counts else None  # (sum, count) losses: the workers' mean
     objectives = [training.worker_objective(loss, lambda _: mean_count) for loss in losses]
-    gradients = [params.gradients(objective) for objective in objectives]  # worker r's backward pass
+    return objectives, final_states, [params.gradients(objective) for objective in objectives]  # backward passes
+
+
+def reference_step(model, config, seed, feed, num_workers):
+    """One step as `num_workers` shards: (params, gradient kinds, objective, final state, global norm, train op)."""
+    params = Params(model, config, seed)
+    objectives, final_states, gradients = worker_gradients(params, feed, seed, num_workers)
     train_op, global_norm = update.update(params, update.average_worker_gradients(gradients), feed.learning_rate,
                                           feed.step)
     final_state = final_states[0] if feed.initial_state is None else tf.concat(final_states, axis=0)

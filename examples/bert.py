@@ -8,7 +8,7 @@ examples.bert_plain); examples/bert.py is the same file through the toolkit's co
 import dataclasses
 
 import numpy as np
-from harness.update import Adam, Rule  # toolkit: the update rule (imported before TensorFlow: it fixes its kernels)
+from harness.keras_program import ratio, toolkit_trains  # toolkit: before TensorFlow (it fixes its kernels)
 import tensorflow as tf
 
 PAD, MASK, SPECIAL = 0, 1, 2  # ids below SPECIAL are no words
@@ -58,10 +58,6 @@ class MaskedSentences:
         return self.inputs[i], self.targets[i], self.weights[i]
 
 
-def data(config, data_path, seed):  # toolkit: the batches
-    return MaskedSentences(config, seed)
-
-
 class EncoderBlock(tf.keras.layers.Layer):
     def __init__(self, config):
         super().__init__()
@@ -99,12 +95,7 @@ class MaskedLanguageModel(tf.keras.Model):
 def masked_loss(targets, weights, logits):
     """Cross-entropy over the chosen positions only."""
     per_position = tf.keras.losses.sparse_categorical_crossentropy(targets, logits, from_logits=True)
-    return tf.reduce_sum(per_position * weights), tf.reduce_sum(weights)  # toolkit: (sum, count) on any W
-
-
-def loss(config, params, inputs, random):  # toolkit: the loss, with the model made once
-    model = params.build(lambda: MaskedLanguageModel(config))
-    return masked_loss(inputs[1], inputs[2], model(inputs[0], training=True))
+    return ratio(tf.reduce_sum(per_position * weights), tf.reduce_sum(weights))  # toolkit: every sum, every count
 
 
 class WarmUpLinearDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
@@ -119,10 +110,6 @@ class WarmUpLinearDecay(tf.keras.optimizers.schedules.LearningRateSchedule):
         return c.learning_rate * tf.minimum(step / c.warmup_steps, decay)
 
 
-def update_rule(config):  # toolkit: Keras' AdamW and the schedule
-    return Rule(Adam(epsilon=1e-7, weight_decay=config.weight_decay), lambda step, _: WarmUpLinearDecay(config)(step))
-
-
 def train(config, steps, seed=1):
     tf.random.set_seed(seed)
     batches = MaskedSentences(config, seed)
@@ -132,7 +119,7 @@ def train(config, steps, seed=1):
     @tf.function
     def train_step(inputs, targets, weights):
         with tf.GradientTape() as tape:
-            loss = tf.divide(*masked_loss(targets, weights, model(inputs, training=True)))  # toolkit
+            loss = masked_loss(targets, weights, model(inputs, training=True))
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
         return loss
 
@@ -140,6 +127,11 @@ def train(config, steps, seed=1):
         loss = train_step(*batches(step))
         if step % 50 == 0 or step == steps - 1:
             print(f"step {step + 1}/{steps}  loss {float(loss):.4f}")
+
+
+toolkit_trains(model=MaskedLanguageModel, data=MaskedSentences,  # toolkit: what the loop trains
+               loss=lambda model, inputs, targets, weights: masked_loss(targets, weights, model(inputs, training=True)),
+               optimizer=lambda c: tf.keras.optimizers.AdamW(WarmUpLinearDecay(c), weight_decay=c.weight_decay))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ examples.nmt_plain); examples/nmt.py is the same file through the toolkit's cont
 import dataclasses
 
 import numpy as np
-from harness.update import Adam, Rule  # toolkit: the update rule (imported before TensorFlow: it fixes its kernels)
+from harness.keras_program import ratio, toolkit_trains  # toolkit: before TensorFlow (it fixes its kernels)
 import tensorflow as tf
 
 PAD, START, END = 0, 1, 2
@@ -51,10 +51,6 @@ class SentencePairs:
 
     def __call__(self, step):
         return self.source[step % self.epoch_size], self.target[step % self.epoch_size]
-
-
-def data(config, data_path, seed):  # toolkit: the batches
-    return SentencePairs(config, seed)
 
 
 class Encoder(tf.keras.Model):
@@ -109,17 +105,7 @@ def masked_loss(target, logits):
     """Cross-entropy over the real target words: padding counts for nothing."""
     per_word = tf.keras.losses.sparse_categorical_crossentropy(target, logits, from_logits=True)
     real = tf.cast(target != PAD, tf.float32)
-    return tf.reduce_sum(per_word * real), tf.reduce_sum(real)  # toolkit: (sum, count) over every worker
-
-
-def loss(config, params, inputs, random):  # toolkit: the loss, with the layers made once
-    source, target = inputs
-    encoder, decoder = params.build(lambda: (Encoder(config), Decoder(config)))
-    return masked_loss(target[:, 1:], forward(encoder, decoder, source, target))
-
-
-def update_rule(config):  # toolkit: the optimizer
-    return Rule(Adam(), lambda step, epoch: tf.constant(config.learning_rate))
+    return ratio(tf.reduce_sum(per_word * real), tf.reduce_sum(real))  # toolkit: every worker's sum, every count
 
 
 def train(config, steps, seed=1):
@@ -131,7 +117,7 @@ def train(config, steps, seed=1):
     @tf.function
     def train_step(source, target):
         with tf.GradientTape() as tape:
-            loss = tf.divide(*masked_loss(target[:, 1:], forward(encoder, decoder, source, target)))  # toolkit
+            loss = masked_loss(target[:, 1:], forward(encoder, decoder, source, target))
         variables = encoder.trainable_variables + decoder.trainable_variables
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return loss
@@ -140,6 +126,11 @@ def train(config, steps, seed=1):
         loss = train_step(*pairs(step))
         if step % 50 == 0 or step == steps - 1:
             print(f"step {step + 1}/{steps}  loss {float(loss):.4f}")
+
+
+toolkit_trains(model=lambda config: (Encoder(config), Decoder(config)), data=SentencePairs,  # toolkit: what trains
+               loss=lambda models, source, target: masked_loss(target[:, 1:], forward(*models, source, target)),
+               optimizer=lambda config: tf.keras.optimizers.Adam(config.learning_rate))
 
 
 if __name__ == "__main__":

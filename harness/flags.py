@@ -79,10 +79,10 @@ def parse(flag_values, argv=None, positional=0):
                          else "missing argument")
     args = argparse.Namespace(**{name: flag_values[name].value for name in flag_values},
                               **({"positional": rest} if positional else {}))
+    if "intra_op_threads" in flag_values:  # before a model loads: a Keras program makes TensorFlow's devices
+        determinism.fix_threads(args)
     if "model" in flag_values and "config" in flag_values:  # a run's flags (the preflight has --model alone)
         _check_run(args)
-    if "intra_op_threads" in flag_values:
-        determinism.fix_threads(args)
     return args
 
 

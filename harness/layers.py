@@ -78,6 +78,54 @@ def initializer_of(initializer, shape):
     return None
 
 
+class _Unmapped(Exception):
+    """A part of a composite initializer with no equivalent."""
+
+
+def composite(function, shape):
+    """The toolkit's initializer of a function made of Keras initializers (the LSTM's bias with unit_forget_bias:
+    zeros, ones, zeros), each part drawn from the next of the variable's own numbers; None if a part has no
+    equivalent or the parts need more numbers than the variable has."""
+    def initialize(u):
+        flat, used = tf.reshape(u, [-1]), [0]
+
+        def part(initializer, part_shape, *args, **kwargs):
+            rule, size = initializer_of(initializer, list(part_shape)), math.prod(part_shape)
+            if rule is None or used[0] + size > flat.shape[0]:
+                raise _Unmapped()
+            used[0] += size
+            return rule(tf.reshape(flat[used[0] - size:used[0]], part_shape))
+        with _initializers_calling(part):
+            return tf.reshape(function(shape, dtype=tf.float32), u.shape)
+    try:
+        with tf.Graph().as_default():
+            initialize(tf.zeros(shape))
+    except Exception:  # noqa: BLE001  (any part the function cannot be drawn through)
+        return None
+    return initialize
+
+
+@contextlib.contextmanager
+def _initializers_calling(part):
+    """Within: calling any Keras or TensorFlow initializer object calls part(initializer, shape, ...) instead."""
+    from keras.src.initializers import initializers as keras_initializers
+    from tensorflow.python.ops import init_ops, init_ops_v2
+    classes, seen = [keras_initializers.Initializer, init_ops.Initializer, init_ops_v2.Initializer], []
+    while classes:
+        cls = classes.pop()
+        if cls not in seen:
+            seen.append(cls)
+            classes += cls.__subclasses__()
+    patched = [(cls, cls.__dict__["__call__"]) for cls in seen if "__call__" in cls.__dict__]
+    for cls, _ in patched:
+        cls.__call__ = lambda self, shape, *args, **kwargs: part(self, shape, *args, **kwargs)
+    try:
+        yield
+    finally:
+        for cls, original in patched:
+            cls.__call__ = original
+
+
 def _initializer_object(initial_value):
     """The initializer object behind a variable's initial_value: Keras passes partial(initializer, shape),
     tf.compat.v1.get_variable a closure over it."""
@@ -119,7 +167,8 @@ class LayerVariables:
                    "(docs/your-model.md, \"From copied code\")")
         if kwargs.get("trainable") is False:
             refuse("not trainable (a layer's statistics, as BatchNormalization's moving mean): the runners update "
-                   "only trained variables; use a layer without them")
+                   "only trained variables; use a layer without them (LayerNormalization or GroupNormalization for "
+                   "BatchNormalization)")
         if tf.as_dtype(kwargs.get("dtype") or tf.float32) != tf.float32:
             refuse(f"{tf.as_dtype(kwargs['dtype']).name}: the runners train float32 only")
         initial_value = kwargs.get("initial_value")
@@ -131,6 +180,8 @@ class LayerVariables:
         if not shape.is_fully_defined():
             refuse(f"of no fixed shape ({shape}): give its layer inputs of fixed shapes")
         rule = initializer_of(initializer, shape.as_list())
+        if rule is None and callable(initializer) and not hasattr(initializer, "get_config"):
+            rule = composite(initializer, shape.as_list())
         if rule is None:
             kind = "a value" if initializer is None else getattr(initializer, "__name__", type(initializer).__name__)
             refuse(f"from {kind}, which cannot be drawn from (seed, name): give it an initializer harness/layers.py "
@@ -148,15 +199,19 @@ class LayerVariables:
 
 class KeyedDropout:
     """Dropout that draws its mask from the step's randomness, row by row: the k-th dropout in a call of loss is
-    keyed "dropout/k", so every worker drops the same units of a row as the reference."""
+    keyed "dropout/k", so every worker drops the same units of a row as the reference. A call on a symbolic batch
+    (no fixed rows, or another graph: Keras building a Sequential or functional model) drops nothing, takes no key."""
 
     def __init__(self, random, refusals):
         self.random, self.refusals, self.calls = random, refusals, 0
+        self.graph = tf.compat.v1.get_default_graph()
 
     def __call__(self, x, rate, noise_shape=None):
         x = tf.convert_to_tensor(x)
-        shape = tf.TensorShape(noise_shape) if noise_shape is not None else x.shape
+        if x.graph is not self.graph or (x.shape.rank and x.shape[0] is None):
+            return x  # Keras building a Sequential or functional model on a symbolic batch of None rows
         rows = self.random.rows_.stop - self.random.rows_.start
+        shape = tf.TensorShape(noise_shape) if noise_shape is not None else x.shape
         if not shape.is_fully_defined() or shape.rank == 0 or shape[0] != rows:
             self.refusals.refuse(f"dropout on a tensor of shape {shape}: its first dimension must be the batch's "
                                  f"{rows} rows (batch-major), so that each row keeps its mask on any worker")
@@ -180,7 +235,7 @@ def captured(params, random, model_name):
     for module, _ in nn_dropouts:
         module.dropout = tf_dropout
     try:
-        with tf.variable_creator_scope(LayerVariables(params, refusals)):
+        with tf.variable_creator_scope(LayerVariables(params, refusals)), _elementwise_equality():
             yield
     except Exception:
         if refusals.first:
@@ -191,6 +246,43 @@ def captured(params, random, model_name):
         for module, original in nn_dropouts:
             module.dropout = original
     params.sealed = True
+
+
+@contextlib.contextmanager
+def _elementwise_equality():
+    """Within: `x == y` and `x != y` of tensors compare element by element, as in TensorFlow 2's eager code and
+    functions, which copied code is written for; a TensorFlow 1 graph (the runners') compares the objects, so that
+    `target != PAD` would be True, one bool, and a mask of it the whole batch. Used as a bool (TensorFlow's and
+    Keras' own `if x == y`, `x in list`), the comparison is still of the objects, as the graph's code expects."""
+    from tensorflow.python.framework import tensor as tensor_lib
+    from tensorflow.python.ops import gen_math_ops, math_ops
+
+    def compare(op, same):
+        def elementwise(self, other):
+            identical = (self is other) == same
+            if other is None:
+                return identical
+            try:
+                result = op(*math_ops.maybe_promote_tensors(self, other), incompatible_shape_error=False)
+            except (TypeError, ValueError):
+                return identical
+            result._toolkit_as_bool = identical
+            return result
+        return elementwise
+
+    def as_bool(self):
+        identical = getattr(self, "_toolkit_as_bool", None)
+        return truth(self) if identical is None else identical
+    truth = tensor_lib.Tensor.__bool__
+    originals = tensor_lib.Tensor.__eq__, tensor_lib.Tensor.__ne__
+    tensor_lib.Tensor.__eq__ = compare(gen_math_ops.equal, True)
+    tensor_lib.Tensor.__ne__ = compare(gen_math_ops.not_equal, False)
+    tensor_lib.Tensor.__bool__ = as_bool
+    try:
+        yield
+    finally:
+        tensor_lib.Tensor.__eq__, tensor_lib.Tensor.__ne__ = originals
+        tensor_lib.Tensor.__bool__ = truth
 
 
 def _nn_modules():

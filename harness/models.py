@@ -14,6 +14,16 @@ BUILT_IN = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "models"))
                   if name.endswith(".py") and not name.startswith("_"))
 REQUIRED = ("CONFIGS", "data", "loss", "update_rule")
 LOADED = {}  # {a loaded model's file: --model as given}: the code whose mistakes are the student's to mend
+LOADING = False  # while a model file runs: a Keras program's model.fit or toolkit_trains then ends it
+
+
+class ProgramReached(Exception):
+    """A Keras program's model.fit or toolkit_trains, reached while the toolkit loads it, with what gives the
+    program's module the contract: `give_contract(module, name)` (harness/keras_program.py)."""
+
+    def __init__(self, give_contract):
+        super().__init__("a Keras program reached its training")
+        self.give_contract = give_contract
 
 
 def path_of(name):
@@ -44,8 +54,25 @@ def load(name):
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     LOADED[path] = name
-    spec.loader.exec_module(module)
+    global LOADING
+    LOADING = True
+    if "harness.keras_program" in sys.modules:  # loaded by an earlier program: it seeds this one too
+        sys.modules["harness.keras_program"].seed_program()
+    try:
+        spec.loader.exec_module(module)
+    except ProgramReached as reached:  # a Keras program: its fit's parts become the contract
+        reached.give_contract(module, name)
+    except UsageError as error:
+        raise UsageError(f"--model={name}: {error}") from None
+    finally:
+        LOADING = False
     missing = [part for part in REQUIRED if not hasattr(module, part)]
+    program = sys.modules.get("harness.keras_program")
+    if missing and program and any(value is program or value is sys.modules["harness"]
+                                   or getattr(value, "__module__", None) == program.__name__
+                                   for value in vars(module).values()):  # a Keras program's import of it
+        raise UsageError(f"--model={name}: {path} ran to its end without reaching model.fit or toolkit_trains (under "
+                         f"`if __name__ == \"__main__\":`? the toolkit runs the file as a module)")
     if missing:
         raise UsageError(f"--model={name}: {path} lacks {', '.join(missing)} of the model contract "
                          f"(harness/models.py)")
@@ -59,6 +86,11 @@ def load(name):
     for part in ("data", "loss", "update_rule", "variables", "state_shape"):
         if hasattr(module, part) and not callable(getattr(module, part)):
             raise UsageError(f"--model={name}: {part} must be a function, not {_shown(getattr(module, part))}")
+    tolerance = getattr(module, "TOLERANCE", (0.0, 0.0))
+    if not (isinstance(tolerance, (tuple, list)) and len(tolerance) == 2
+            and all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in tolerance)):
+        raise UsageError(f"--model={name}: TOLERANCE must be (rtol, atol), two numbers of 0 or more, not "
+                         f"{_shown(tolerance)}")
     wanted = ["config", "params", "inputs", "random", *(["state"] if hasattr(module, "state_shape") else [])]
     taken = inspect.signature(module.loss).parameters.values()
     if not any(p.kind == p.VAR_POSITIONAL for p in taken) and len(taken) != len(wanted):
@@ -154,6 +186,10 @@ def declared_variables(model, config):
                                                  for v in declared.values()):
         raise UsageError(f"--model={name_of(model)}: variables must return {{name: Variable(shape, initializer)}} "
                          f"(harness.variables), not {_shown(declared)}")
+    for variable_name, variable in declared.items():
+        if not all(n >= 1 for n in variable.shape):
+            raise UsageError(f"--model={name_of(model)}: variables: {variable_name}'s shape {list(variable.shape)} "
+                             f"must be of sizes 1 or more")
     return declared
 
 

@@ -54,7 +54,9 @@ def worker_objective(objective, mean_count=lambda count: count):
 
 
 def _checked(model, objective):
-    """The loss's objective: a scalar, or (sum, count) of scalars as a TokenLoss; anything else is refused."""
+    """The loss's objective: a scalar, or (sum, count) of scalars (or keras_program.ratio's) as a TokenLoss;
+    anything else is refused."""
+    objective = getattr(objective, "toolkit_sum_count", objective)
     parts = objective if isinstance(objective, tuple) else (objective,)
     if len(parts) not in (1, 2) or not all(isinstance(p, tf.Tensor) and p.shape.rank == 0 for p in parts):
         with_state = " (with state_shape: (objective, new state))" if hasattr(model, "state_shape") else ""

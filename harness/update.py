@@ -25,24 +25,28 @@ class SGD:
 
 @dataclasses.dataclass(frozen=True)
 class Adagrad:
-    """acc += g * g; var -= lr * g / sqrt(acc), a sparse gradient's rows only. Not TensorFlow's fused kernels: their
-    dense and sparse kernels round 1/sqrt(acc) differently."""
+    """acc += g * g; var -= lr * g / sqrt(acc + epsilon), a sparse gradient's rows only (Keras' Adagrad; epsilon 0:
+    TensorFlow 1's). Not TensorFlow's fused kernels: their dense and sparse kernels round 1/sqrt(acc) differently."""
     initial_accumulator: float = 0.1
+    epsilon: float = 0.0
     updates_every_row = False
 
     @property
     def slots(self):
         return (("Adagrad", self.initial_accumulator),)
 
+    def _root(self, accumulated):
+        return tf.sqrt(accumulated + self.epsilon if self.epsilon else accumulated)
+
     def apply(self, part, slots, g, learning_rate, step):
         (accumulator,) = slots
         if isinstance(g, tf.IndexedSlices):
             accumulated = tf.gather(accumulator, g.indices) + g.values * g.values
             return [accumulator.scatter_update(tf.IndexedSlices(accumulated, g.indices, g.dense_shape)),
-                    part.scatter_sub(tf.IndexedSlices(learning_rate * g.values / tf.sqrt(accumulated), g.indices,
+                    part.scatter_sub(tf.IndexedSlices(learning_rate * g.values / self._root(accumulated), g.indices,
                                                       g.dense_shape))]
         accumulated = accumulator + g * g
-        return [accumulator.assign(accumulated), part.assign_sub(learning_rate * g / tf.sqrt(accumulated))]
+        return [accumulator.assign(accumulated), part.assign_sub(learning_rate * g / self._root(accumulated))]
 
 
 def dense(g, part):
@@ -74,7 +78,7 @@ class Momentum:
 
 @dataclasses.dataclass(frozen=True)
 class RMSProp:
-    """ms = rho * ms + (1 - rho) * g * g; var -= lr * g / (sqrt(ms) + epsilon), as Keras' RMSprop. A sparse gradient
+    """ms = rho * ms + (1 - rho) * g * g; var -= lr * g / sqrt(ms + epsilon), as Keras' RMSprop. A sparse gradient
     decays every row's mean square, as its densified form does."""
     rho: float = 0.9
     epsilon: float = 1e-7
@@ -87,7 +91,7 @@ class RMSProp:
         g = dense(g, part)
         mean_square_new = self.rho * mean_square + (1.0 - self.rho) * g * g
         return [mean_square.assign(mean_square_new),
-                part.assign_sub(learning_rate * g / (tf.sqrt(mean_square_new) + self.epsilon))]
+                part.assign_sub(learning_rate * g / tf.sqrt(mean_square_new + self.epsilon))]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -179,7 +179,9 @@ class Params:
         missing = [v.op.name for v, g in zip(flat, raw) if g is None]
         if missing:
             raise UsageError(f"--model={self.model_name}: the loss does not depend on {', '.join(missing)}: every "
-                             f"variable needs a gradient (a layer called but its output unused?)")
+                             f"variable needs a gradient (a layer called but its output unused? or called on "
+                             f"constants alone, as tf.range, while a functional model is built: TensorFlow 2 "
+                             f"computes that once, a constant never trained; call it inside a layer's call)")
         gradients = [deduplicate(g) if isinstance(g, tf.IndexedSlices) else g for g in raw]
         return tf.nest.pack_sequence_as(self.variable_list, gradients)
 
@@ -224,8 +226,9 @@ def uncached(part):
 
 
 def deduplicate(slices):
-    """The same tf.IndexedSlices with each index once, rows summed in order of appearance."""
-    unique_indices, position = tf.unique(slices.indices)
+    """The same tf.IndexedSlices with each index once, rows summed in order of appearance; int32 indices whatever
+    the ids' type (numpy's int64 too), as every runner's queues and collectives carry them."""
+    unique_indices, position = tf.unique(tf.cast(slices.indices, tf.int32))
     values = tf.math.unsorted_segment_sum(slices.values, position, tf.shape(unique_indices)[0])
     return tf.IndexedSlices(values, unique_indices, slices.dense_shape)
 

@@ -49,13 +49,13 @@ def test_verify_finds_a_port_of_keras_code_identical_in_every_runner(tmp_path, p
 
 @pytest.mark.parametrize("port", ["nmt", "bert"])
 def test_a_port_changes_few_lines_of_the_keras_code_and_both_train_on_their_own(port):
-    """The diff of examples/PORT_plain.py and examples/PORT.py, blank lines aside, is at most 15 lines, each changed
+    """The diff of examples/PORT_plain.py and examples/PORT.py, blank lines aside, is at most 6 lines, each changed
     or added line marked "toolkit:" or in a block that starts with one; both still train by their own loop."""
     plain = open(os.path.join(REPO, "examples", f"{port}_plain.py")).read().splitlines()
     ported = open(os.path.join(REPO, "examples", f"{port}.py")).read().splitlines()
     changed = [line for line in difflib.unified_diff(plain, ported, lineterm="", n=0)
                if line[:1] in "+-" and not line.startswith(("+++", "---")) and line[1:].strip()]
-    assert len(changed) <= 15, changed
+    assert len(changed) <= 6, changed
     assert all("toolkit" in line for line in changed if line.startswith("+") and not line.startswith("+ "))
     for module in (f"examples.{port}_plain", f"examples.{port}"):
         trained = subprocess.run([sys.executable, "-c", f"import {module} as m; m.train(m.CONFIGS['tiny'], 60)"],
@@ -159,16 +159,68 @@ def test_a_sum_and_count_loss_trains_one_model_at_any_w_where_a_shard_s_normalis
     assert shard_normalised > 100 * max(token_normalised, 1e-7)
 
 
+# The keras.io BERT example's position embedding: a layer called on tf.range while a functional model is built.
+FUNCTIONAL_ON_A_RANGE = """    def functional():
+        inputs = tf.keras.Input((config.length,), dtype=tf.int32)
+        positions = tf.keras.layers.Embedding(config.length, config.width, name="position_embedding")(
+            tf.range(start=0, limit=config.length, delta=1))
+        x = tf.keras.layers.Embedding(config.vocab_size, config.width)(inputs) + positions
+        return tf.keras.Model(inputs, tf.keras.layers.Dense(config.tags)(x))
+    tagger = params.build(functional)"""
+
+
+@pytest.mark.parametrize("port, wrong", [("nmt", False), ("bert", False), ("nmt", True)])
+def test_split_check_tells_a_loss_over_the_global_batch_from_one_over_the_shard(tmp_path, port, wrong):
+    """split_check.py compares step 0's gradient at W = 1 and 2 relative to the largest gradient: both ports pass
+    (BERT's attention key bias, whose true gradient is zero, too), NMT divided by its shard's real words fails,
+    naming its variables. On the old graph's `target != PAD` (one bool) NMT failed too: it counted every pad."""
+    model_file = os.path.join(REPO, "examples", port + ".py")
+    if wrong:
+        source = open(model_file).read()
+        model_file = tmp_path / "per_shard.py"
+        model_file.write_text(source.replace("return ratio(tf.reduce_sum(per_word * real), tf.reduce_sum(real))",
+                                             "return tf.reduce_sum(per_word * real) / tf.reduce_sum(real)"))
+        assert model_file.read_text() != source
+    result = run_script("split_check.py", f"--model={model_file}", "--config=tiny", cwd=tmp_path)
+    assert result.returncode == (1 if wrong else 0), result.stdout + result.stderr[-3000:]
+    table = {line.split()[0]: float(line.split()[-1]) for line in result.stdout.splitlines()[2:-1]}
+    if wrong:
+        assert "split_check: FAILED: splitting the batch moves " in result.stdout
+        assert max(table.values()) > 1e-3
+    else:
+        assert "split_check: PASSED" in result.stdout and max(table.values()) < 1e-6
+    if port == "bert":
+        assert "masked_language_model/encoder_block/multi_head_attention/key/bias" not in table or \
+            table["masked_language_model/encoder_block/multi_head_attention/key/bias"] < 1e-6
+
+
+def test_copied_code_compares_tensors_element_by_element_in_the_runners_graph():
+    """`x != 0` in a loss is a tensor of booleans, as in TensorFlow 2, not the graph's one bool of identity."""
+    model = models.load(TAGGER)
+    with tf.Graph().as_default():
+        params = Params(model, model.CONFIGS["tiny"], 1)
+        with layers.captured(params, StepRandom(1, 0, slice(0, 2), 2), "test"):
+            words = tf.constant([3, 0, 5])
+            differ, same = words != 0, words == 0
+        assert (words != 0) is True  # the graph's own, outside the loss
+        with tf.compat.v1.Session() as session:
+            assert session.run(differ).tolist() == [True, False, True]
+            assert session.run(same).tolist() == [False, True, False]
+
+
 @pytest.mark.parametrize("change, named", [
     (("self.norm = tf.keras.layers.LayerNormalization()", "self.norm = tf.keras.layers.BatchNormalization()"),
      "tagger/batch_normalization/moving_mean, not trainable"),
     (("tagger = params.build(lambda: Tagger(config))", "tagger = Tagger(config)"),
      "on its second call: each call made new layers; make them once with params.build"),
     (("tf.keras.layers.Dense(config.tags)", "tf.keras.layers.Dense(config.tags, kernel_initializer=lambda s, "
-                                            "dtype=None: tf.ones(s))"),
+                                            "dtype=None: tf.random.normal(s))"),
      "tagger/dense_1/kernel, from <lambda>, which cannot be drawn from (seed, name)"),
     (("return self.out(self.norm(self.hidden(x)))", "self.norm(x)\n        return self.out(self.hidden(x))"),
      "the loss does not depend on tagger/layer_normalization/gamma, tagger/layer_normalization/beta"),
+    (("    tagger = params.build(lambda: Tagger(config))", FUNCTIONAL_ON_A_RANGE),
+     "the loss does not depend on position_embedding/embeddings: every variable needs a gradient (a layer called "
+     "but its output unused? or called on constants alone, as tf.range, while a functional model is built"),
     (("x = self.dropout(self.embedding(words), training=training)",
       "x = tf.transpose(self.dropout(tf.transpose(self.embedding(words), [1, 0, 2]), training=training), [1, 0, 2])"),
      "dropout on a tensor of shape (6, 2, 8): its first dimension must be the batch's 2 rows"),

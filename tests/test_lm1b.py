@@ -65,7 +65,8 @@ def test_every_summary_reports_the_peak_resident_memory(runs):
         at_exit = peaks(outputs[name])["worker0"]
         assert 50 < summary <= at_exit + 1, (name, summary, at_exit)
     rule = json.loads((work / "results/reference.json").read_text())["update_rule"]
-    assert rule.startswith("Adagrad(initial_accumulator=1.0); the global norm of lstm_0/kernel, lstm_0/")
+    assert rule.startswith("Adagrad(initial_accumulator=1.0, epsilon=0.0); the global norm of lstm_0/kernel, "
+                           "lstm_0/")
     # every task says it at its end, parameter servers too; the launcher shows them in one line
     assert set(peaks(outputs["tf"])) == {"ps0", "ps1", "worker0", "worker1"}
     assert "[worker0] run_tf.py: peak resident memory" not in outputs["tf"]

@@ -270,8 +270,8 @@ def test_adam_updates_every_row_and_a_sparse_gradient_as_its_densified_self():
 
 
 # The update rules the toolkit offers; a rule of your own (docs/your-model.md, "Update rules") belongs here too.
-RULES = [update.SGD(), update.Adagrad(0.1), update.Adam(), update.Adam(weight_decay=0.01), update.Momentum(0.9),
-         update.Momentum(0.9, nesterov=True), update.RMSProp()]
+RULES = [update.SGD(), update.Adagrad(0.1), update.Adagrad(0.1, 1e-7), update.Adam(), update.Adam(weight_decay=0.01),
+         update.Momentum(0.9), update.Momentum(0.9, nesterov=True), update.RMSProp()]
 
 
 def steps_of_a_rule(optimizer, densify=False, partitions=1, steps=3):
@@ -279,7 +279,8 @@ def steps_of_a_rule(optimizer, densify=False, partitions=1, steps=3):
     model = argparse.Namespace(
         variables=lambda config: {"table": Variable([7, 3], uniform(1.0)), "bias": Variable([3], uniform(1.0))},
         update_rule=lambda config: update.Rule(optimizer, None, clip_norm=2.0))
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    runners = determinism.session_config(argparse.Namespace(intra_op_threads=1, inter_op_threads=1))
+    with tf.Graph().as_default(), tf.compat.v1.Session(config=runners) as session:
         params = Params(model, None, 1, ("table",), partitions)
         step = tf.compat.v1.placeholder(tf.int64, [])
         weights = tf.sin(tf.cast(step + 1, tf.float32) * tf.reshape(tf.range(9, dtype=tf.float32), [3, 3]))

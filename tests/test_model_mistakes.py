@@ -59,6 +59,11 @@ CONTRACT = [
     (("CONFIGS = {\"tiny\": " + CONFIG + "}", "CONFIGS = {}"),
      "CONFIGS must be a non-empty dict of named configurations"),
     (("def update_rule(config):", "def update_rules(config):"), "lacks update_rule of the model contract"),
+    (("def data(", "TOLERANCE = 1e-3\n\n\ndef data("), "TOLERANCE must be (rtol, atol), two numbers of 0 or more, "
+                                                     "not float 0.001"),
+    (("def data(", "TOLERANCE = (1e-3, -1)\n\n\ndef data("), "TOLERANCE must be (rtol, atol)"),
+    (('"output/bias": Variable([config.classes],', '"output/bias": Variable([config.classes - 7],'),
+     "variables: output/bias's shape [-4] must be of sizes 1 or more"),
     (("    return Rule(Adagrad(0.1), lambda step, epoch: tf.constant(0.5), clip_norm=1.0)", "    return Adagrad(0.1)"),
      "update_rule must return a harness.update.Rule(optimizer, schedule), not Adagrad"),
 ]

@@ -1,0 +1,414 @@
+"""A Keras program as tutorials publish it, trained by the toolkit's runners: its `model.fit(...)`, or one
+`toolkit_trains(...)` line beside a custom loop, names the model, the data, the loss and the optimizer; this
+module makes them the model contract (CONFIGS, data, loss, update_rule). docs/your-model.md, "From copied code".
+
+When the toolkit loads the program, the program runs up to that call and stops there; run on its own (`python
+yours.py`), `model.fit` trains as in Keras and `toolkit_trains` does nothing."""
+import dataclasses
+import hashlib
+import math
+import random
+import typing
+
+import numpy as np
+
+from harness import UsageError, determinism, models  # noqa: F401  (before TensorFlow: it fixes its kernels)
+import tensorflow as tf  # noqa: E402
+
+from keras.src.losses import LossFunctionWrapper  # noqa: E402
+
+from harness import update  # noqa: E402
+
+DEFAULT_BATCH_SIZE = 32  # Keras' model.fit, without batch_size
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A program without CONFIGS of its own: its one configuration."""
+    name: str
+    batch_size: int
+
+
+class Program(typing.NamedTuple):
+    """What the program trains: each part as the program has it, or a function of a configuration making it."""
+    model: object      # a Keras model (Sequential, functional, subclassed), or config -> model(s)
+    data: object       # (x, y[, sample_weight]) arrays, a batched tf.data.Dataset, or (config, seed) -> either or
+    #                    the contract's batches (a function of the step with epoch_size)
+    loss: object       # a Keras loss (as compile takes it), or (model, *batch) -> the objective
+    optimizer: object  # a Keras optimizer, or config -> one
+    batch_size: int = None
+    shuffle: bool = True
+    sample_weight: object = None
+    validation_split: float = 0.0
+    class_weight: dict = None
+
+
+def ratio(total, count):
+    """total / count, as a tensor the program's own loop uses, that also carries (total, count): the runners divide
+    the global batch's total by its count (a mean over real tokens), where a mean of the workers' means would not."""
+    quotient = total / count
+    quotient.toolkit_sum_count = (total, count)
+    return quotient
+
+
+def toolkit_trains(model, data, loss, optimizer, batch_size=None, shuffle=True):
+    """Where the toolkit takes over a program with its own training loop; run on its own, nothing happens."""
+    if models.LOADING:
+        reached(Program(model, data, loss, optimizer, batch_size, shuffle))
+
+
+def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+         validation_data=None, shuffle=True, class_weight=None, sample_weight=None, *args, **kwargs):
+    """model.fit while the toolkit loads the program: what it was given, and the program stops here."""
+    if not models.LOADING:
+        return _KERAS_FIT(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
+                          shuffle, class_weight, sample_weight, *args, **kwargs)
+    if model.optimizer is None:
+        raise UsageError("model.fit on a model not compiled: call model.compile(loss=..., optimizer=...) first")
+    if type(model).train_step is not tf.keras.Model.train_step:
+        raise UsageError(f"{type(model).__name__} overrides train_step, whose loss the toolkit cannot see: call "
+                         f"toolkit_trains(model=, data=, loss=, optimizer=) before model.fit (docs/your-model.md)")
+    if model.loss is None:
+        raise UsageError("model.compile without a loss: give it compile's loss, or call toolkit_trains before fit")
+    data = x if isinstance(x, tf.data.Dataset) else (x, y)
+    loss = model.loss if isinstance(model.loss, (str, tf.keras.losses.Loss, list, dict)) \
+        else LossFunctionWrapper(model.loss)
+    if isinstance(loss, (list, dict)):
+        raise UsageError("compile with a loss per output: give toolkit_trains a loss function of (model, *batch)")
+    reached(Program(model, data, loss, model.optimizer, batch_size, bool(shuffle), sample_weight, validation_split,
+                    class_weight))
+
+
+def reached(program):
+    """End the program's run here: the toolkit's loader gives its module the contract of what it trains."""
+    raise models.ProgramReached(lambda module, model_name: contract(module, program, model_name))
+
+
+def _new(cls, *args, **kwargs):
+    """A Keras model, remembering what it was made with: a subclassed model is made again so in each graph."""
+    made = _KERAS_NEW(cls, *args, **kwargs)
+    object.__setattr__(made, "_toolkit_made_with", (args, kwargs))
+    return made
+
+
+_KERAS_FIT, _KERAS_NEW = tf.keras.Model.fit, tf.keras.Model.__new__
+tf.keras.Model.fit = _fit
+tf.keras.Model.__new__ = _new
+
+
+def seed_program():
+    """The program's own unseeded randomness (its data, a dataset's shuffle) the same in every process."""
+    random.seed(0)
+    np.random.seed(0)
+    tf.random.set_seed(0)
+
+
+if models.LOADING:
+    seed_program()
+
+
+def contract(module, program, model_name):
+    """Give the program's module the model contract, from what its fit or toolkit_trains named; what the toolkit
+    cannot take is a UsageError naming the model."""
+    def named(function):
+        def call(*args):
+            try:
+                return function(*args)
+            except UsageError as error:
+                raise UsageError(f"--model={model_name}: {error}") from None
+        return call
+    if isinstance(program.model, tf.keras.Model):
+        _REMADE[id(program.model)] = named(remade_by)(program.model)
+    configs = getattr(module, "CONFIGS", None) or {"default": Config("default", _batch_size(program))}
+    rules = {name: named(rule_of)(_made(program.optimizer, config)) for name, config in configs.items()}
+    module.CONFIGS = configs
+    module.data = named(lambda config, data_path, seed: batches_of(program, config, seed))
+    module.loss = named(lambda config, params, inputs, random: objective(program, config, params, inputs))
+    module.update_rule = lambda config: rules[config.name]
+    return module
+
+
+def _made(part, config):
+    """A part as the program has it, or made from the configuration (a function or class of it)."""
+    if callable(part) and not isinstance(part, (tf.keras.Model, tf.keras.optimizers.Optimizer,
+                                                 tf.keras.optimizers.legacy.Optimizer)):
+        return part(config)
+    return part
+
+
+def _batch_size(program):
+    """The global batch's rows: fit's batch_size, the dataset's batches, or Keras' default."""
+    if program.batch_size:
+        return int(program.batch_size)
+    if isinstance(program.data, tf.data.Dataset):
+        return int(next(iter(program.data.take(1)))[0].shape[0]) if _batched(program.data) else 1
+    return DEFAULT_BATCH_SIZE
+
+
+# --- data ---------------------------------------------------------------------------------------------------------
+
+def _batched(dataset):
+    """Whether a dataset's elements are batches (a .batch() or .padded_batch() in its making)."""
+    return _has(dataset, "Batch")
+
+
+def _has(dataset, kind):
+    """Whether a transformation of this kind ("Batch", "Shuffle") is in the dataset's making."""
+    while dataset is not None:
+        if kind in type(dataset).__name__:
+            return True
+        dataset = getattr(dataset, "_input_dataset", None)
+    return False
+
+
+def _by_content(arrays):
+    """The order of rows sorted by their bytes (each row's in every array): one order whatever order they came in."""
+    digests = [hashlib.sha1(b"".join(np.ascontiguousarray(a[i]).tobytes() for a in arrays)).digest()
+               for i in range(len(arrays[0]))]
+    return np.argsort(np.array(digests, dtype=object), kind="stable")
+
+
+class Rows:
+    """The program's examples as the contract's batches: step t's batch_size rows, an epoch's order drawn from (seed,
+    epoch) when shuffled (its last rows, fewer than a batch, left out: every step's batch has the same rows)."""
+
+    def __init__(self, arrays, batch_size, seed, shuffle):
+        self.arrays, self.batch_size, self.seed, self.shuffle = arrays, batch_size, seed, shuffle
+        self.epoch_size = len(arrays[0]) // batch_size
+        if self.epoch_size < 1:
+            raise UsageError(f"the program's data has {len(arrays[0])} examples, fewer than a batch of {batch_size}")
+        self._order = (None, None)
+
+    def order(self, epoch):
+        if self._order[0] != epoch:
+            rows = len(self.arrays[0])
+            self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(rows) if self.shuffle
+                           else np.arange(rows))
+        return self._order[1]
+
+    def __call__(self, step):
+        epoch, index = divmod(step, self.epoch_size)
+        rows = self.order(epoch)[index * self.batch_size:(index + 1) * self.batch_size]
+        return tuple(a[rows] for a in self.arrays)
+
+
+def batches_of(program, config, seed):
+    """The contract's batches of the program's data: its own batches object, or Rows of its examples."""
+    data = program.data
+    if callable(data) and not isinstance(data, tf.data.Dataset):
+        data = data(config, seed)
+    if callable(data) and isinstance(getattr(data, "epoch_size", None), int):
+        return data
+    x, y, weights = examples(data, program)
+    _STRUCTURE[id(program)] = (x, y, weights)
+    arrays = tuple(_as_fed(a) for a in tf.nest.flatten((x, y, weights)))
+    return Rows(arrays, config.batch_size, seed, program.shuffle)
+
+
+_STRUCTURE = {}  # {id(a program): (x, y, weights)}: how a batch's flat arrays make the model's inputs again
+
+
+def examples(data, program):
+    """(x, y, sample weights) of every example: arrays as given, or a dataset read once and unbatched."""
+    if isinstance(data, tf.data.Dataset):
+        if tf.data.experimental.cardinality(data) == tf.data.experimental.INFINITE_CARDINALITY:
+            raise UsageError("the program's dataset repeats forever: give it finite (the toolkit makes the epochs)")
+        batches = list(data.as_numpy_iterator()) if tf.executing_eagerly() else _read_in_graph(data)
+        if not batches:
+            raise UsageError("the program's dataset is empty")
+        parts = [b if isinstance(b, tuple) else (b,) for b in batches]
+        joined = [tf.nest.map_structure(lambda *a: np.concatenate(a) if _batched(data) else np.stack(a), *column)
+                  for column in zip(*parts)]
+        if _has(data, "Shuffle"):  # its order is the read's: each process puts the examples in one order of theirs
+            order = _by_content(tf.nest.flatten(joined))
+            joined = tf.nest.map_structure(lambda a: a[order], joined)
+        data = tuple(joined) + (None,) * (3 - len(joined))
+    elif not isinstance(data, (tuple, list)) or len(data) not in (2, 3):
+        raise UsageError(f"the program's data must be (x, y), (x, y, sample_weight) or a tf.data.Dataset, not "
+                         f"{type(data).__name__}")
+    x, y, weights = (*data, None)[:3]
+    weights = program.sample_weight if weights is None else weights
+    y, weights = (() if part is None else part for part in (y, weights))  # () has no arrays to flatten
+    if program.class_weight:
+        labels = np.asarray(y).reshape(len(y), -1)
+        labels = labels.argmax(axis=1) if labels.shape[1] > 1 else labels[:, 0]
+        by_class = np.asarray([program.class_weight.get(int(c), 1.0) for c in labels], np.float32)
+        weights = by_class if isinstance(weights, tuple) else np.asarray(weights) * by_class
+    if program.validation_split:  # Keras holds out the last examples, before any shuffling
+        kept = int(math.floor(len(tf.nest.flatten(x)[0]) * (1.0 - program.validation_split)))
+        x, y, weights = tf.nest.map_structure(lambda a: a[:kept], (x, y, weights))
+    return x, y, weights
+
+
+def _read_in_graph(dataset):
+    """Every element of a dataset made in a graph (the program loaded with eager execution off)."""
+    element = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    read = []
+    with tf.compat.v1.Session() as session:
+        try:
+            while True:
+                read.append(session.run(element))
+        except tf.errors.OutOfRangeError:
+            return read
+
+
+def _as_fed(array):
+    """An array as the runners feed it: numpy, float64 as float32 (Keras casts it to the layers' float32)."""
+    array = np.asarray(array)
+    return array.astype(np.float32) if array.dtype == np.float64 else array
+
+
+# --- the loss -----------------------------------------------------------------------------------------------------
+
+def objective(program, config, params, inputs):
+    """The loss of these rows: the program's own function of (model, *batch), or its compiled Keras loss."""
+    model = params.build(lambda: graph_model(program, config))
+    x, y, weights = tf.nest.pack_sequence_as(_STRUCTURE[id(program)], list(inputs)) \
+        if id(program) in _STRUCTURE else (inputs, (), ())
+    y, weights = (None if isinstance(part, tuple) and not part else part for part in (y, weights))
+    if not _is_keras_loss(program.loss):
+        return program.loss(model, *inputs)
+    outputs = model(x, training=True)
+    if isinstance(outputs, (list, tuple, dict)):
+        raise UsageError("a model of several outputs with compile's loss: give toolkit_trains a loss function of "
+                         "(model, *batch)")
+    return keras_objective(program.loss, y, outputs, weights, model.losses)
+
+
+def _is_keras_loss(loss):
+    """compile's kind of loss (a name, a Keras Loss, a function of (y_true, y_pred)), not toolkit_trains' own."""
+    return isinstance(loss, (str, tf.keras.losses.Loss, LossFunctionWrapper))
+
+
+def keras_objective(loss, y_true, y_pred, weights, regularization):
+    """Keras' compiled loss on these rows as the contract's objective: Keras divides the weighted sum by the number
+    of values (or of values the output's mask keeps), so the objective is that (sum, count), or their quotient, a
+    mean over rows, when nothing is masked (then a layer's regularization losses are added, as Keras adds them)."""
+    loss = tf.keras.losses.get(loss) if isinstance(loss, str) else loss
+    if not isinstance(loss, tf.keras.losses.Loss):
+        loss = LossFunctionWrapper(loss)  # as compile wraps a function: it matches y_true's rank to y_pred's
+    reduction = getattr(loss, "reduction", "auto")
+    if reduction not in ("auto", "sum_over_batch_size"):
+        raise UsageError(f"compile's loss with reduction={reduction!r}: the runners need Keras' default, the mean "
+                         f"(reduction='sum_over_batch_size')")
+    per_value = tf.cast(loss.call(y_true, y_pred), tf.float32)
+    weighted = per_value
+    if weights is not None:
+        weights = tf.cast(weights, tf.float32)
+        while weights.shape.rank > per_value.shape.rank:
+            weights = tf.squeeze(weights, -1)
+        while weights.shape.rank < per_value.shape.rank:
+            weights = weights[..., None]
+        weighted = per_value * weights
+    mask = getattr(y_pred, "_keras_mask", None)
+    if mask is None:
+        mean = tf.reduce_sum(weighted) / float(per_value.shape.num_elements())
+        return mean + tf.add_n(regularization) if regularization else mean
+    if regularization:
+        raise UsageError("a masked output with a layer's regularization loss: Keras adds it once to a mean over "
+                         "real values, which no sum over workers gives; drop the regularizer or the mask")
+    mask = tf.cast(mask, tf.float32)
+    while mask.shape.rank < per_value.shape.rank:
+        mask = mask[..., None]
+    return tf.reduce_sum(weighted * mask), tf.reduce_sum(mask * tf.ones_like(per_value))
+
+
+def graph_model(program, config):
+    """The program's model, made in this graph by the program's function, or made again as remade_by says."""
+    tf.keras.backend.reset_uids()  # its layers' names, hence its variables', the same in every graph of a process
+    model = _made(program.model, config)
+    return _REMADE[id(model)]() if isinstance(model, tf.keras.Model) and model is program.model else model
+
+
+_REMADE = {}  # {id(a program's model): a function making it again}, made where the program made its model
+
+
+def remade_by(model):
+    """A function making a Keras model again, with the same layers and initializers, in another graph: a Sequential
+    or functional model from its configuration, read here (where its layers are the program's Keras 2 layers:
+    a graph's Keras swaps their classes for TensorFlow 1's, whose configurations Keras cannot record), a
+    subclassed one with the arguments it was made with."""
+    if not (isinstance(model, tf.keras.Sequential) or getattr(model, "_is_graph_network", False)):
+        args, kwargs = model._toolkit_made_with
+        return lambda: type(model)(*args, **kwargs)
+    from keras.src.engine import base_layer_utils
+    try:
+        blueprint = model.get_config()
+    except NotImplementedError as error:
+        raise UsageError(f"the model cannot be made again from its layers' configurations ({error}); give "
+                         f"toolkit_trains a function making it (docs/your-model.md)") from None
+    kinds = {type(layer).__name__: type(layer) for layer in model._flatten_layers(include_self=False)}
+
+    def remake():
+        # in training, as in a call of the model: a layer whose call's `training` has no default gets it
+        with base_layer_utils.call_context().enter(model, None, build_graph=True, training=True):
+            return type(model).from_config(blueprint, custom_objects=kinds)
+    return remake
+
+
+# --- the optimizer ------------------------------------------------------------------------------------------------
+
+_UNMAPPED = {"clipnorm": "per-variable clipping (clipnorm): use global_clipnorm",
+             "clipvalue": "clipping by value (clipvalue): use global_clipnorm", "use_ema": "use_ema",
+             "amsgrad": "amsgrad", "centered": "centered", "decay": "the legacy decay: use a LearningRateSchedule",
+             "initial_accumulator_value": None}  # read, mapped below
+
+
+def _settings(optimizer):
+    """{setting: value} of a Keras optimizer, new or legacy (read from it: get_config fails on a schedule of the
+    program's own without one)."""
+    hyper = getattr(optimizer, "_hyper", {})
+
+    def value(name):
+        found = hyper.get(name, getattr(optimizer, name, getattr(optimizer, "_" + name, None)))
+        return float(str(found.numpy())) if hasattr(found, "numpy") else found  # a float32's shortest decimal: 0.9
+    return {name: value(name) for name in (*_UNMAPPED, "weight_decay", "global_clipnorm", "beta_1", "beta_2",
+                                           "epsilon", "momentum", "nesterov", "rho")}
+
+
+def _rate(optimizer):
+    """A Keras optimizer's learning rate: a variable, a number or a LearningRateSchedule."""
+    rate = getattr(optimizer, "_learning_rate", None)
+    return optimizer._get_hyper("learning_rate") if rate is None else rate
+
+
+def rule_of(optimizer):
+    """The toolkit's update rule doing what a Keras optimizer does, or a UsageError naming what it cannot."""
+    if not isinstance(optimizer, (tf.keras.optimizers.Optimizer, tf.keras.optimizers.legacy.Optimizer)):
+        optimizer = tf.keras.optimizers.get(optimizer)
+    kind, config = type(optimizer).__name__, _settings(optimizer)
+    refuse = lambda what: UsageError(f"the optimizer {kind} with {what}: the toolkit has no rule doing the same "  # noqa: E731
+                                     f"(harness/update.py)")
+    for option, why in _UNMAPPED.items():
+        if why and config.get(option) not in (None, False, 0, 0.0):
+            raise refuse(why)
+    weight_decay = config.get("weight_decay") or 0.0
+    if weight_decay and kind not in ("Adam", "AdamW"):
+        raise refuse(f"weight_decay={weight_decay} (AdamW is the rule with weight decay)")
+    if getattr(optimizer, "_exclude_from_weight_decay", None) or getattr(optimizer, "_exclude_from_weight_decay_names",
+                                                                           None):
+        raise refuse("variables excluded from weight decay")
+    if kind in ("Adam", "AdamW"):
+        rule = update.Adam(config["beta_1"], config["beta_2"], config["epsilon"], weight_decay)
+    elif kind == "SGD":
+        momentum = config.get("momentum", 0.0)
+        if momentum and isinstance(_rate(optimizer), tf.keras.optimizers.schedules.LearningRateSchedule):
+            raise refuse("momentum and a schedule (Keras' velocity keeps each step's rate, the toolkit's Momentum "
+                         "applies the current one)")
+        rule = update.Momentum(momentum, bool(config.get("nesterov"))) if momentum else update.SGD()
+    elif kind == "RMSprop":
+        if config.get("momentum"):
+            raise refuse(f"momentum={config['momentum']}")
+        rule = update.RMSProp(config["rho"], config["epsilon"])
+    elif kind == "Adagrad":
+        rule = update.Adagrad(config["initial_accumulator_value"], config["epsilon"])
+    else:
+        raise UsageError(f"the optimizer {kind}: the toolkit's rules are Keras' SGD (with momentum), Adam, AdamW, "
+                         f"RMSprop and Adagrad (harness/update.py)")
+    rate = _rate(optimizer)
+    if isinstance(rate, tf.keras.optimizers.schedules.LearningRateSchedule):
+        schedule = lambda step, epoch: tf.cast(rate(step), tf.float32)  # noqa: E731
+    else:
+        value = float(rate.numpy() if hasattr(rate, "numpy") else rate)
+        schedule = lambda step, epoch: tf.constant(value)  # noqa: E731
+    return update.Rule(rule, schedule, clip_norm=float(config.get("global_clipnorm") or 0.0))

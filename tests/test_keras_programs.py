@@ -1,0 +1,253 @@
+"""Keras programs as tutorials publish them (harness/keras_program.py, docs/your-model.md "Keras programs"): a
+model.fit program with one marked line, Sequential and functional models, compile's loss and optimizer mapped to the
+toolkit's rules, its arrays batched by step; and the layers' defaults the runners once refused."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, launch_and_wait, run_script
+from harness import UsageError, keras_program, layers, models, update
+from harness.variables import Params, StepRandom
+
+FIT_PROGRAMS = {
+    # the tutorial "Text classification with an RNN": Sequential, Embedding(mask_zero), Bidirectional(LSTM) with
+    # its default unit_forget_bias, Dropout after Keras' symbolic build, numpy's int64 ids, validation_split
+    "rnn": os.path.join(REPO, "tests", "models", "keras_fit_rnn.py"),
+    # Keras' "Text classification with Transformer": functional, custom layers (one whose call needs `training`),
+    # a position embedding of tf.range, compile by names ("adam", "sparse_categorical_crossentropy")
+    "transformer": os.path.join(REPO, "tests", "models", "keras_fit_transformer.py"),
+}
+
+
+@pytest.mark.parametrize("program", sorted(FIT_PROGRAMS))
+def test_a_model_fit_program_with_one_marked_line_is_identical_in_every_runner(tmp_path, program):
+    source = open(FIT_PROGRAMS[program]).read().splitlines()
+    assert [line for line in source if "toolkit" in line] == [
+        "import harness.keras_program  # toolkit: model.fit below trains in the toolkit's runners (before TensorFlow)"]
+    result = run_script("verify.py", f"--model={FIT_PROGRAMS[program]}", "--steps=4", "--warmup_steps=1",
+                        "--runs=reference,tf,parallax", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "results/verify.json").read_text())
+    assert verdict["passed"] and all(p["identical"] for p in verdict["pairs"])
+
+
+def test_fit_s_arrays_are_batched_by_step_and_reshuffled_by_seed_and_epoch():
+    model = models.load(FIT_PROGRAMS["rnn"])
+    config = model.CONFIGS["default"]
+    assert config.batch_size == 16  # fit's batch_size
+    batches = model.data(config, None, 1)
+    assert batches.epoch_size == 192 // 16  # 256 reviews, the last quarter held out by validation_split
+    epoch = np.concatenate([batches(step)[0] for step in range(batches.epoch_size)])
+    assert sorted(map(tuple, epoch)) == sorted(map(tuple, model.reviews[:192]))  # every kept row once
+    assert batches(0)[0].dtype == np.int64
+    assert np.array_equal(batches(3)[0], model.data(config, None, 1)(3)[0])
+    assert not np.array_equal(batches(0)[0], batches(batches.epoch_size)[0])  # the next epoch's order
+    assert not np.array_equal(batches(0)[0], model.data(config, None, 2)(0)[0])
+
+
+COMPARED = """
+import sys
+import harness.determinism
+import numpy as np
+import tensorflow as tf
+from harness import keras_program, update
+keras = eval(sys.argv[1])
+mapped = keras_program.rule_of(keras)
+assert mapped.optimizer == eval(sys.argv[2]), mapped.optimizer
+start = np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(3, 4)
+gradients = [np.sin(np.arange(12, dtype=np.float32) * (k + 1)).reshape(3, 4) for k in range(3)]
+variable = tf.Variable(start)
+for g in gradients:
+    keras.apply_gradients([(tf.constant(g), variable)])
+theirs = variable.numpy()
+with tf.Graph().as_default():
+    ours = tf.compat.v1.get_variable("v", initializer=start)
+    slots = [tf.compat.v1.get_variable(f"v/{name}", initializer=np.full_like(start, value))
+             for name, value in mapped.optimizer.slots]
+    step, g = tf.compat.v1.placeholder(tf.int64, []), tf.compat.v1.placeholder(tf.float32, [3, 4])
+    train = tf.group(*mapped.optimizer.apply(ours, slots, g, mapped.learning_rate(step, 0), step))
+    with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        for t, gradient in enumerate(gradients):
+            session.run(train, {step: t, g: gradient})
+        np.testing.assert_allclose(session.run(ours), theirs, rtol=2e-6, atol=1e-7)
+"""
+
+
+@pytest.mark.parametrize("keras, rule", [
+    ("tf.keras.optimizers.SGD(0.1)", "update.SGD()"),
+    ("tf.keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True)", "update.Momentum(0.9, True)"),
+    ("tf.keras.optimizers.Adam(0.01)", "update.Adam(0.9, 0.999, 1e-7)"),
+    ("tf.keras.optimizers.AdamW(0.01, weight_decay=0.1)", "update.Adam(0.9, 0.999, 1e-7, 0.1)"),
+    ("tf.keras.optimizers.RMSprop(0.01)", "update.RMSProp(0.9, 1e-7)"),
+    ("tf.keras.optimizers.Adagrad(0.1)", "update.Adagrad(0.1, 1e-7)"),
+    ("tf.keras.optimizers.legacy.Adam(0.01)", "update.Adam(0.9, 0.999, 1e-7)"),
+])
+def test_a_keras_optimizer_is_the_toolkit_s_rule_doing_the_same_steps(keras, rule):
+    """Mapped to the rule, and three steps of it agree with Keras' own (to float32 rounding); in a process of its
+    own, where eager execution is on, as when a runner loads a program."""
+    compared = subprocess.run([sys.executable, "-c", COMPARED, keras, rule], capture_output=True, text=True,
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
+    assert compared.returncode == 0, compared.stderr[-3000:]
+
+
+@pytest.mark.parametrize("keras, named", [
+    (tf.keras.optimizers.Adam(0.01, clipnorm=1.0), "Adam with per-variable clipping (clipnorm): use global_clipnorm"),
+    (tf.keras.optimizers.Nadam(0.01), "the optimizer Nadam: the toolkit's rules are Keras' SGD"),
+    (tf.keras.optimizers.RMSprop(0.01, momentum=0.9), "RMSprop with momentum=0.9"),
+    (tf.keras.optimizers.SGD(tf.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5), momentum=0.9),
+     "SGD with momentum and a schedule"),
+    (tf.keras.optimizers.SGD(0.01, weight_decay=1e-4), "SGD with weight_decay=0.0001 (AdamW is the rule"),
+])
+def test_an_optimizer_the_toolkit_has_no_rule_for_is_refused_in_one_line(keras, named):
+    if not tf.executing_eagerly():
+        pytest.skip("another test of this process turned eager execution off: the optimizer's settings need it")
+    with pytest.raises(UsageError, match=r"^[^\n]*$") as refused:
+        keras_program.rule_of(keras)
+    assert named in str(refused.value)
+
+
+def test_a_fit_program_s_global_clipnorm_and_schedule_are_the_rule_s():
+    if not tf.executing_eagerly():
+        pytest.skip("another test of this process turned eager execution off: the optimizer's settings need it")
+    schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
+    rule = keras_program.rule_of(tf.keras.optimizers.SGD(schedule, global_clipnorm=2.0))
+    assert rule.clip_norm == 2.0
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        assert session.run(rule.learning_rate(tf.constant(10, tf.int64), 0)) == pytest.approx(0.05)
+
+
+def built_bias(layer, rows=2, length=3):
+    """The initial bias of a Keras LSTM layer made inside the toolkit's loss."""
+    model = models.load(os.path.join(REPO, "tests", "models", "keras_tagger.py"))
+    with tf.Graph().as_default():
+        params = Params(model, model.CONFIGS["tiny"], 1)
+        with layers.captured(params, StepRandom(1, 0, slice(0, rows), rows), "test"):
+            layer(tf.zeros([rows, length, 4]))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            return session.run(next(v for name, v in params.variables.items() if name.endswith("lstm_cell/bias")))
+
+
+def test_the_lstm_s_default_forget_bias_of_one_is_drawn_as_keras_draws_it():
+    """unit_forget_bias (Keras' default) concatenates three initializers: the bias is zeros, then ones for the
+    forget gate; another bias initializer's parts are drawn from the variable's own numbers."""
+    assert np.array_equal(built_bias(tf.keras.layers.LSTM(5)), np.repeat([0.0, 1.0, 0.0, 0.0], 5))
+    uniform = built_bias(tf.keras.layers.LSTM(5, bias_initializer=tf.keras.initializers.RandomUniform(2.0, 3.0)))
+    assert np.array_equal(uniform[5:10], np.ones(5)) and ((uniform[:5] >= 2) & (uniform[:5] < 3)).all()
+    assert len(set(uniform[10:].tolist())) == 10
+
+
+def test_int64_ids_train_in_run_tf(tmp_path):
+    """numpy's default integer for a contract model's ids (a sparse gradient's indices int64) in the parameter
+    servers' queues."""
+    source = open(os.path.join(REPO, "tests", "models", "bag_of_words.py")).read()
+    wide = tmp_path / "int64_ids.py"
+    wide.write_text(source.replace("dtype=np.int32)", "dtype=np.int64)"))
+    assert wide.read_text() != source
+    launch_and_wait("tf", "--workers=2", "--ps=1", "--", f"--model={wide}", "--steps=2", "--warmup_steps=0",
+                    cwd=tmp_path)
+
+
+BATCH_NORMALIZED = '''import harness.keras_program  # toolkit: model.fit below trains in the toolkit's runners
+import numpy as np
+import tensorflow as tf
+
+images = np.random.rand(64, 8, 8, 1)
+labels = np.random.randint(0, 10, 64)
+model = tf.keras.Sequential([
+    tf.keras.layers.Conv2D(4, 3, input_shape=(8, 8, 1)), tf.keras.layers.BatchNormalization(),
+    tf.keras.layers.ReLU(), tf.keras.layers.MaxPooling2D(), tf.keras.layers.Flatten(), tf.keras.layers.Dense(10)])
+model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(images, labels, batch_size=8, epochs=1)
+'''
+
+
+def test_a_lenet_with_batch_normalization_is_refused_in_one_line_naming_the_alternative(tmp_path,
+                                                                                          assert_usage_error):
+    lenet = tmp_path / "lenet.py"
+    lenet.write_text(BATCH_NORMALIZED)
+    result = run_script("run.py", f"--model={lenet}", "--steps=2", "--warmup_steps=0", cwd=tmp_path)
+    assert_usage_error(result, f"--model={lenet}: ", "moving_mean, not trainable",
+                       "LayerNormalization or GroupNormalization")
+
+
+@pytest.mark.parametrize("change, named", [
+    (("model.compile(", "model.fit(images, labels)\nmodel.compile("), "model.fit on a model not compiled"),
+    (('optimizer="sgd"', 'optimizer="nadam"'), "the optimizer Nadam"),
+    (("model.fit(images, labels, batch_size=8", "model.fit(tf.data.Dataset.from_tensor_slices((images, labels))"
+                                                ".batch(8).repeat()"), "repeats forever"),
+    (("batch_size=8", "batch_size=100"), "64 examples, fewer than a batch of 100"),
+    (("model.fit(", 'if __name__ == "__main__":\n    model.fit('), "ran to its end without reaching model.fit"),
+    (('model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))',
+      'model.compile(optimizer="sgd")'), "model.compile without a loss"),
+    (("model = tf.keras.Sequential([", "class Own(tf.keras.Sequential):\n    def train_step(self, data):\n"
+                                       "        return {}\n\n\nmodel = Own(["),
+     "Own overrides train_step, whose loss the toolkit cannot see: call toolkit_trains"),
+])
+def test_what_a_fit_program_gives_that_the_toolkit_cannot_take_is_one_line(tmp_path, assert_usage_error, change,
+                                                                           named):
+    program = tmp_path / "program.py"
+    program.write_text(BATCH_NORMALIZED.replace("tf.keras.layers.BatchNormalization(),", "").replace(*change))
+    result = run_script("run.py", f"--model={program}", "--steps=2", "--warmup_steps=0", cwd=tmp_path)
+    assert_usage_error(result, f"--model={program}: ", named)
+
+
+@pytest.mark.parametrize("loss", [tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                  "sparse_categorical_crossentropy", tf.keras.losses.sparse_categorical_crossentropy])
+def test_compile_s_loss_is_keras_own_mean_as_a_sum_and_count(loss):
+    """With the output's mask (mask_zero) and sample weights, Keras divides the weighted sum by the values the mask
+    keeps: the objective is that (sum, count); without a mask, the mean over every value."""
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 5, [4, 6])
+    scores = rng.random([4, 6, 5]).astype(np.float32)
+    weights = rng.random([4]).astype(np.float32)
+    mask = rng.random([4, 6]) < 0.6
+    keras_loss = tf.keras.losses.get(loss) if isinstance(loss, str) else loss
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        y_pred = tf.constant(scores)
+        unmasked = keras_program.keras_objective(loss, tf.constant(labels), y_pred, tf.constant(weights), [])
+        y_pred._keras_mask = tf.constant(mask)
+        masked = keras_program.keras_objective(loss, tf.constant(labels), y_pred, tf.constant(weights), [])
+        wrapped = keras_loss if isinstance(keras_loss, tf.keras.losses.Loss) else \
+            keras_program.LossFunctionWrapper(keras_loss)
+        theirs = wrapped(tf.constant(labels), y_pred, sample_weight=tf.constant(weights))
+        y_pred._keras_mask = None
+        theirs_unmasked = wrapped(tf.constant(labels), y_pred, sample_weight=tf.constant(weights))
+        (total, count), mean, keras_masked, keras_unmasked = session.run([masked, unmasked, theirs,
+                                                                          theirs_unmasked])
+    assert count == mask.sum()
+    assert total / count == pytest.approx(keras_masked, rel=1e-6)
+    assert mean == pytest.approx(keras_unmasked, rel=1e-6)
+
+
+DATASET_PROGRAM = '''import harness.keras_program  # toolkit: model.fit below trains in the toolkit's runners
+import numpy as np
+import tensorflow as tf
+
+x = np.arange(40, dtype=np.float32).reshape(20, 2)
+y = np.arange(20) % 2
+model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
+model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss=tf.keras.losses.SparseCategoricalCrossentropy(True))
+model.fit(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(20).batch(6), epochs=3)
+'''
+
+
+def test_fit_s_dataset_is_read_once_unbatched_and_batched_by_step(tmp_path):
+    """A tf.data pipeline with an unseeded shuffle: its batch size is fit's, every example is read, and the
+    toolkit's order is its own, drawn from (seed, epoch)."""
+    program = tmp_path / "dataset_program.py"
+    program.write_text(DATASET_PROGRAM)
+    model = models.load(str(program))
+    config = model.CONFIGS["default"]
+    assert config.batch_size == 6
+    batches = model.data(config, None, 1)
+    assert batches.epoch_size == 3  # 20 examples: 3 batches of 6, 2 left out
+    seen = np.concatenate([batches(step)[0] for step in range(3)])
+    assert len({tuple(row) for row in seen}) == 18 and set(seen[:, 0]) <= set(model.x[:, 0])
+    assert np.array_equal(batches(1)[0], model.data(config, None, 1)(1)[0])
