@@ -68,7 +68,7 @@ def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callb
     if type(model).train_step is not tf.keras.Model.train_step:
         raise UsageError(f"{type(model).__name__} overrides train_step, whose loss the toolkit cannot see: call "
                          f"toolkit_trains(model=, data=, loss=, optimizer=) before model.fit (docs/your-model.md)")
-    if model.loss is None:
+    if not model.loss:  # compile makes it {}
         raise UsageError("model.compile without a loss: give it compile's loss, or call toolkit_trains before fit")
     data = x if isinstance(x, tf.data.Dataset) else (x, y)
     loss = model.loss if isinstance(model.loss, (str, tf.keras.losses.Loss, list, dict)) \
