@@ -40,7 +40,6 @@ class Program(typing.NamedTuple):
     shuffle: bool = True
     sample_weight: object = None
     validation_split: float = 0.0
-    class_weight: dict = None
 
 
 def ratio(total, count):
@@ -63,6 +62,8 @@ def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callb
     if not models.LOADING:
         return _KERAS_FIT(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
                           shuffle, class_weight, sample_weight, *args, **kwargs)
+    if class_weight:
+        raise UsageError("model.fit with class_weight: give the examples' weights as sample_weight")
     if model.optimizer is None:
         raise UsageError("model.fit on a model not compiled: call model.compile(loss=..., optimizer=...) first")
     if type(model).train_step is not tf.keras.Model.train_step:
@@ -75,8 +76,7 @@ def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callb
         else LossFunctionWrapper(model.loss)
     if isinstance(loss, (list, dict)):
         raise UsageError("compile with a loss per output: give toolkit_trains a loss function of (model, *batch)")
-    reached(Program(model, data, loss, model.optimizer, batch_size, bool(shuffle), sample_weight, validation_split,
-                    class_weight))
+    reached(Program(model, data, loss, model.optimizer, batch_size, bool(shuffle), sample_weight, validation_split))
 
 
 def reached(program):
@@ -119,7 +119,7 @@ def contract(module, program, model_name):
         return call
     if isinstance(program.model, tf.keras.Model):
         _REMADE[id(program.model)] = named(remade_by)(program.model)
-    configs = getattr(module, "CONFIGS", None) or {"default": Config("default", _batch_size(program))}
+    configs = getattr(module, "CONFIGS", None) or {"default": Config("default", named(_batch_size)(program))}
     rules = {name: named(rule_of)(_made(program.optimizer, config)) for name, config in configs.items()}
     module.CONFIGS = configs
     module.data = named(lambda config, data_path, seed: batches_of(program, config, seed))
@@ -141,15 +141,19 @@ def _batch_size(program):
     if program.batch_size:
         return int(program.batch_size)
     if isinstance(program.data, tf.data.Dataset):
-        return int(next(iter(program.data.take(1)))[0].shape[0]) if _batched(program.data) else 1
+        return int(tf.nest.flatten(next(iter(_checked(program.data).take(1))))[0].shape[0])
     return DEFAULT_BATCH_SIZE
 
 
 # --- data ---------------------------------------------------------------------------------------------------------
 
-def _batched(dataset):
-    """Whether a dataset's elements are batches (a .batch() or .padded_batch() in its making)."""
-    return _has(dataset, "Batch")
+def _checked(dataset):
+    """The program's dataset, if the toolkit can read it: finite and batched."""
+    if tf.data.experimental.cardinality(dataset) == tf.data.experimental.INFINITE_CARDINALITY:
+        raise UsageError("the program's dataset repeats forever: give it finite (the toolkit makes the epochs)")
+    if not _has(dataset, "Batch"):
+        raise UsageError("the program's dataset is not batched: give it .batch(B), as model.fit needs")
+    return dataset
 
 
 def _has(dataset, kind):
@@ -211,14 +215,11 @@ _STRUCTURE = {}  # {id(a program): (x, y, weights)}: how a batch's flat arrays m
 def examples(data, program):
     """(x, y, sample weights) of every example: arrays as given, or a dataset read once and unbatched."""
     if isinstance(data, tf.data.Dataset):
-        if tf.data.experimental.cardinality(data) == tf.data.experimental.INFINITE_CARDINALITY:
-            raise UsageError("the program's dataset repeats forever: give it finite (the toolkit makes the epochs)")
-        batches = list(data.as_numpy_iterator()) if tf.executing_eagerly() else _read_in_graph(data)
+        batches = list(_checked(data).as_numpy_iterator())
         if not batches:
             raise UsageError("the program's dataset is empty")
         parts = [b if isinstance(b, tuple) else (b,) for b in batches]
-        joined = [tf.nest.map_structure(lambda *a: np.concatenate(a) if _batched(data) else np.stack(a), *column)
-                  for column in zip(*parts)]
+        joined = [tf.nest.map_structure(lambda *a: np.concatenate(a), *column) for column in zip(*parts)]
         if _has(data, "Shuffle"):  # its order is the read's: each process puts the examples in one order of theirs
             order = _by_content(tf.nest.flatten(joined))
             joined = tf.nest.map_structure(lambda a: a[order], joined)
@@ -229,27 +230,10 @@ def examples(data, program):
     x, y, weights = (*data, None)[:3]
     weights = program.sample_weight if weights is None else weights
     y, weights = (() if part is None else part for part in (y, weights))  # () has no arrays to flatten
-    if program.class_weight:
-        labels = np.asarray(y).reshape(len(y), -1)
-        labels = labels.argmax(axis=1) if labels.shape[1] > 1 else labels[:, 0]
-        by_class = np.asarray([program.class_weight.get(int(c), 1.0) for c in labels], np.float32)
-        weights = by_class if isinstance(weights, tuple) else np.asarray(weights) * by_class
     if program.validation_split:  # Keras holds out the last examples, before any shuffling
         kept = int(math.floor(len(tf.nest.flatten(x)[0]) * (1.0 - program.validation_split)))
         x, y, weights = tf.nest.map_structure(lambda a: a[:kept], (x, y, weights))
     return x, y, weights
-
-
-def _read_in_graph(dataset):
-    """Every element of a dataset made in a graph (the program loaded with eager execution off)."""
-    element = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
-    read = []
-    with tf.compat.v1.Session() as session:
-        try:
-            while True:
-                read.append(session.run(element))
-        except tf.errors.OutOfRangeError:
-            return read
 
 
 def _as_fed(array):
@@ -350,8 +334,9 @@ def remade_by(model):
 
 _UNMAPPED = {"clipnorm": "per-variable clipping (clipnorm): use global_clipnorm",
              "clipvalue": "clipping by value (clipvalue): use global_clipnorm", "use_ema": "use_ema",
-             "amsgrad": "amsgrad", "centered": "centered", "decay": "the legacy decay: use a LearningRateSchedule",
-             "initial_accumulator_value": None}  # read, mapped below
+             "amsgrad": "amsgrad", "centered": "centered", "decay": "the legacy decay: use a LearningRateSchedule"}
+_MAPPED = ("weight_decay", "global_clipnorm", "beta_1", "beta_2", "epsilon", "momentum", "nesterov", "rho",
+           "initial_accumulator_value")
 
 
 def _settings(optimizer):
@@ -362,8 +347,7 @@ def _settings(optimizer):
     def value(name):
         found = hyper.get(name, getattr(optimizer, name, getattr(optimizer, "_" + name, None)))
         return float(str(found.numpy())) if hasattr(found, "numpy") else found  # a float32's shortest decimal: 0.9
-    return {name: value(name) for name in (*_UNMAPPED, "weight_decay", "global_clipnorm", "beta_1", "beta_2",
-                                           "epsilon", "momentum", "nesterov", "rho")}
+    return {name: value(name) for name in (*_UNMAPPED, *_MAPPED)}
 
 
 def _rate(optimizer):
@@ -377,10 +361,11 @@ def rule_of(optimizer):
     if not isinstance(optimizer, (tf.keras.optimizers.Optimizer, tf.keras.optimizers.legacy.Optimizer)):
         optimizer = tf.keras.optimizers.get(optimizer)
     kind, config = type(optimizer).__name__, _settings(optimizer)
-    refuse = lambda what: UsageError(f"the optimizer {kind} with {what}: the toolkit has no rule doing the same "  # noqa: E731
-                                     f"(harness/update.py)")
+    def refuse(what):
+        return UsageError(f"the optimizer {kind} with {what}: the toolkit has no rule doing the same "
+                          f"(harness/update.py)")
     for option, why in _UNMAPPED.items():
-        if why and config.get(option) not in (None, False, 0, 0.0):
+        if config.get(option) not in (None, False, 0, 0.0):
             raise refuse(why)
     weight_decay = config.get("weight_decay") or 0.0
     if weight_decay and kind not in ("Adam", "AdamW"):

@@ -184,6 +184,9 @@ def test_a_lenet_with_batch_normalization_is_refused_in_one_line_naming_the_alte
                                                 ".batch(8).repeat()"), "repeats forever"),
     (("batch_size=8", "batch_size=100"), "64 examples, fewer than a batch of 100"),
     (("model.fit(", 'if __name__ == "__main__":\n    model.fit('), "ran to its end without reaching model.fit"),
+    (("model.fit(images, labels, batch_size=8", "model.fit(tf.data.Dataset.from_tensor_slices((images, labels))"),
+     "the program's dataset is not batched: give it .batch(B)"),
+    (("epochs=1)", "epochs=1, class_weight={0: 2.0})"), "model.fit with class_weight: give the examples' weights"),
     (('model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))',
       'model.compile(optimizer="sgd")'), "model.compile without a loss"),
     (("model = tf.keras.Sequential([", "class Own(tf.keras.Sequential):\n    def train_step(self, data):\n"
