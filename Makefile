@@ -11,8 +11,9 @@
 #               runs; make cluster-down
 # make check    HOSTS=h1:1,h2:1: what would stop a run on each host, one line per problem
 # make report   report/report.pdf from what make verify and make bench left in RESULTS
-# make submission  what a student hands in: verify, bench, report and a manifest in submission/; make grade
-#               SUBMISSION=submission: the TA's reproduction of it (docs/submission.md)
+# make submission  what a student hands in: verify, bench, report and a manifest in submission/ (STUDENT= names
+#               who); make grade SUBMISSION=<their repository>: the TA's grade with this checkout's code;
+#               make grade-all SUBMISSIONS=dir/: a class at once, a gradebook (docs/submission.md)
 #
 # Every run target honours these variables (the flags behind them: python run.py --help).
 #   MODEL     the model: lstm (default), transformer, or a path to your model file (docs/your-model.md)
@@ -84,7 +85,7 @@ ckpt_dir = --ckpt_dir=$(or $(CKPT_DIR),checkpoints/$(1))
 RESUME_FLAGS = $(if $(SAVE_EVERY),--save_every=$(SAVE_EVERY)) $(if $(filter 1,$(RESUME)),--resume)
 
 .PHONY: setup test data run run-tf run-horovod run-parallax verify bench bench-overhead soak cluster cluster-down \
-        check report submission submission-report grade clean
+        check report submission submission-report grade grade-all clean
 
 setup: .venv/.setup-done
 .venv/.setup-done: requirements.txt scripts/setup.sh launcher/gloo_hostname.c
@@ -187,16 +188,26 @@ submission: setup
 	$(PYTHON) -m assignment.submit --model=$(MODEL) $(if $(CONFIG),--config=$(CONFIG)) --workers=$(WORKERS) --ps=$(PS) \
 	    --seed=$(SEED) $(if $(DATA),--data_path=$(DATA)) $(if $(HOSTS),--hosts=$(HOSTS)) $(if $(NET),--net=$(NET)) \
 	    $(call given,STEPS,--verify_steps=$(STEPS) --bench_steps=$(STEPS)) $(call given,WARMUP,--warmup_steps=$(WARMUP)) \
-	    --out=$(SUBMISSION) $(ARGS)
+	    $(if $(STUDENT),--student='$(STUDENT)') --out=$(SUBMISSION) $(ARGS)
 
 # After editing SUBMISSION/student.md: the report typeset again, with the settings the manifest records.
 submission-report: setup
 	$(PYTHON) -m assignment.submit --report_only --out=$(SUBMISSION) $(ARGS)
 
-# The TA's side (assignment/grade.py): the manifest against this tree, verify rerun here (BENCH=1: a short bench
-# too), the rubric item by item. Exit 0 when everything reproduces, 1 naming what does not.
+# The TA's side (assignment/grade.py), in the TA's own checkout: SUBMISSION= a student's repository (a path or
+# git URL), an archive of it, or a folder; its toolkit files against this checkout's (ALLOW= those it may change),
+# the submission against itself, verify rerun with this checkout's code (BENCH=1: a short bench too), the rubric.
+# Exit 0 when everything reproduces, 1 naming what does not. In the student's own clone, make grade checks the
+# submission with the student's code.
 grade: setup
-	$(PYTHON) -m assignment.grade --submission=$(SUBMISSION) $(if $(filter 1,$(BENCH)),--bench) $(ARGS)
+	$(PYTHON) -m assignment.grade --submission=$(SUBMISSION) $(if $(filter 1,$(BENCH)),--bench) \
+	    $(if $(ALLOW),--allow=$(ALLOW)) $(ARGS)
+
+# A class at once (assignment/gradebook.py): every submission in SUBMISSIONS (a folder, repository or archive
+# each) graded, grade/gradebook.csv and grade/gradebook.md written, copies flagged.
+grade-all: setup
+	$(PYTHON) -m assignment.gradebook --submissions=$(SUBMISSIONS) $(if $(filter 1,$(BENCH)),--bench) \
+	    $(if $(ALLOW),--allow=$(ALLOW)) $(ARGS)
 
 clean:
 	rm -rf checkpoints $(RESULTS) $(REPORT)

@@ -1,12 +1,17 @@
-"""make grade SUBMISSION=path: a TA reproduces a submission on their own machine (docs/submission.md).
+"""make grade SUBMISSION=...: a TA grades a submission with this checkout's code, the course's (docs/submission.md).
 
-    python -m assignment.grade --submission=submission            (make grade SUBMISSION=submission)
-    python -m assignment.grade --submission=submission --bench    (make grade SUBMISSION=submission BENCH=1)
+    python -m assignment.grade --submission=<the student's repository, a git URL, an archive or a folder>
+    python -m assignment.grade --submission=submission      (the student's own clone: a self-check with its code)
+    python -m assignment.grade ... --bench                  (make grade BENCH=1: a short bench too)
 
-Checks the manifest against this tree (the commit, every file that differed from it, the model file's digest, the
-student's section the PDF was made from), reruns verify with the submission's settings (with --bench, a short
-bench too), compares the rerun with the submission and prints the rubric item by item. Exit 0 when everything
-reproduces, 1 naming what does not, 2 when the submission cannot be read."""
+From the student it takes the model file, student.md and submission/; every other file of theirs is compared with
+this checkout's commit, and one that differs fails the grade unless --allow names it. The submission is checked
+against itself (assignment/checks.py), verify is rerun here with this checkout's code and every pair compared,
+and the rubric printed item by item. Exit 0 when everything reproduces, 1 naming what does not, 2 when the
+submission cannot be graded."""
+import fnmatch
+import hashlib
+import json
 import math
 import os
 import shutil
@@ -16,7 +21,7 @@ import sys
 import harness
 from harness import REPO, flags, results
 from harness.results import ResultsError
-from assignment import manifest, rubric, submit
+from assignment import checks, manifest, received, rubric, submit
 
 # Another machine moves each architecture's throughput relative to the others' (cores, memory, network); beyond
 # this factor the ranking the student explains is not the one the TA sees.
@@ -26,80 +31,115 @@ GRADE_BENCH_STEPS, GRADE_WARMUP_STEPS = 40, 10  # a short bench: the ranking, no
 
 def parse_flags(argv=None):
     parser = flags.FlagSet("python -m assignment.grade", __doc__)
-    flags.DEFINE_string("submission", "submission", "the submission's directory (make submission's)",
-                        flag_values=parser)
+    flags.DEFINE_string("submission", "submission", "the student's repository (a path or a git URL), an archive "
+                        "of it, a folder holding it, or a submission directory", flag_values=parser)
     flags.DEFINE_boolean("bench", False, "also a short bench, each architecture's throughput relative to the "
                          f"others' compared within a factor {BAND}", flag_values=parser)
-    flags.DEFINE_string("out", "grade", "where the rerun's results and checkpoints go", flag_values=parser)
+    flags.DEFINE_list("allow", [], "toolkit files (glob patterns) the student may have changed", flag_values=parser)
+    flags.DEFINE_string("out", "grade", "where the submission received and the rerun go", flag_values=parser)
     args = flags.parse(parser, argv)
-    manifest.head()  # the tree the submission is checked against
-    path = os.path.join(args.submission, manifest.FILE)
-    if not os.path.exists(path):
-        raise harness.UsageError(f"--submission: no {path} (make submission writes it)")
-    try:
-        args.manifest = results.read_json(path)
-        args.settings = args.manifest["settings"]
-        args.results_dir = os.path.join(args.submission, "results",
-                                        os.path.splitext(os.path.basename(args.settings["model"]))[0])
-        args.verify = results.read_json(os.path.join(args.results_dir, results.VERIFY), "verify")
-    except (ResultsError, KeyError, TypeError) as error:
-        raise harness.UsageError(f"--submission: {path} or its results cannot be read: {error}")
-    if args.bench and args.settings["hosts"]:
-        raise harness.UsageError(f"--bench: the submission's bench ran on its hosts "
-                                 f"({', '.join(args.settings['hosts'])}): grade without BENCH=1")
-    if args.bench and args.settings["net"] != "loopback" and os.geteuid() != 0:  # not comparable on loopback
-        raise harness.UsageError(f"--bench: the submission's bench emulated links of {args.settings['net']}, which "
-                                 f"needs root here: grade without BENCH=1, or as root")
+    manifest.head()  # the toolkit the submission is graded with
     return args
 
 
-def code_problems(args):
-    """What in this tree differs from the code the submission was made from, a line each."""
-    record = args.manifest
-    commit = record["commit"]
-    if subprocess.run(["git", "-C", REPO, "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True).returncode:
-        return [f"commit {commit[:12]}, which the submission was made from, is not in this repository"]
-    found = []
-    model_file = record["model"]["file"]
-    model_path = os.path.join(REPO, model_file)
-    if manifest.digest(model_path) != record["model"]["sha256"]:
+def read_manifest(got):
+    """The manifest of a received submission; a UsageError when it cannot be read."""
+    path = os.path.join(got.submission, manifest.FILE)
+    try:
+        record = results.read_json(path)
+        for key in ("made", "commit", "dirty", "hosts"):
+            record[key]
+        record["settings"]["model"], record["model"]["sha256"], record["student"]["file"]
+    except (ResultsError, KeyError, TypeError) as error:
+        raise harness.UsageError(f"SUBMISSION={got.source}: {path} cannot be read: {error}")
+    return record
+
+
+def in_tree(got, path):
+    """A path the student's settings name (relative to their repository's top) as it is in the received tree."""
+    return path if os.path.isabs(path) else os.path.join(got.tree, path)
+
+
+def code_problems(got, record, allow):
+    """What in the code differs: for the TA, the student's files against this checkout's (each allowed one
+    listed, not counted); for the self-check, this tree against the commit the manifest records. The model file
+    against its digest either way."""
+    model_file, found = record["model"]["file"], []
+    if manifest.digest(in_tree(got, model_file)) != record["model"]["sha256"]:
         found.append(f"model file {model_file}: not the one the submission was made from (its SHA-256 differs)")
-    now = manifest.changed_files(commit, manifest.in_repository(args.submission))
-    then = record["changed"]
-    differing = [path for path in sorted(set(now) | set(then)) if path != model_file
-                 and now.get(path, "as committed") != then.get(path, "as committed")]
-    if differing:
-        head = manifest.head()
-        found.append(f"{len(differing)} file(s) differ from the code the submission was made from (commit "
-                     f"{commit[:12]}{' with changes' if then else ''}; this tree: {head[:12]}): "
-                     f"{', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}")
-    student_path = os.path.join(args.submission, record["student"]["file"])
-    if manifest.digest(student_path) != record["student"]["sha256"]:
-        found.append(f"{student_path}: edited after its report was made: make submission-report")
-    if not record.get("complete"):
-        found.append(f"the submission's own run failed ({record.get('failed', 'a step')}): its results are partial")
-    return found
+    if got.own:
+        commit = record["commit"]
+        if subprocess.run(["git", "-C", REPO, "cat-file", "-e", f"{commit}^{{commit}}"],
+                          capture_output=True).returncode:
+            return found + [f"commit {commit[:12]}, which the submission was made from, is not in this repository"]
+        now = manifest.changed_files(commit, manifest.in_repository(got.submission))
+        then = record["changed"]
+        differing = [path for path in sorted(set(now) | set(then)) if path != model_file
+                     and now.get(path, "as committed") != then.get(path, "as committed")]
+        return found + ([f"{len(differing)} file(s) differ from the code the submission was made from (commit "
+                         f"{commit[:12]}; this tree: {manifest.head()[:12]}): {', '.join(differing[:5])}"
+                         f"{' ...' if len(differing) > 5 else ''}"] if differing else [])
+    changed, older, missing, added = received.differences(
+        got.tree, [os.path.relpath(got.submission, got.tree), model_file], record["commit"])
+    allowed = [path for path in changed if any(fnmatch.fnmatch(path, pattern) for pattern in allow)]
+    head = manifest.head()[:12]
+    for path in allowed:
+        print(f"grade: toolkit: {path} differs from this checkout's ({head}), allowed", flush=True)
+    if older:
+        print(f"grade: toolkit: {len(older)} file(s) as the course's {record['commit'][:12]} has them, which the "
+              f"submission was made from, not as this checkout's ({head}): {', '.join(older[:5])}"
+              f"{' ...' if len(older) > 5 else ''}", flush=True)
+    if missing or added:
+        print(f"grade: toolkit: the student's tree lacks {len(missing)} of this checkout's files and adds "
+              f"{len(added)} ({', '.join(added[:5])}{' ...' if len(added) > 5 else ''}): neither is used", flush=True)
+    return found + [f"toolkit file {path} differs from this checkout's ({head})" for path in changed
+                    if path not in allowed]
 
 
-def rerun(args, what, argv):
+def data_path(got, settings):
+    """The data the submission trained on, here: the student's tree's, else this checkout's (make data)."""
+    data = settings["data"]
+    if data == "synthetic":
+        return data
+    for candidate in (in_tree(got, data), os.path.join(REPO, data)):
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    raise harness.UsageError(f"the submission trained on {data}, which neither it nor this checkout holds: make "
+                             f"data first (the Penn Treebank into data/ptb), or put it at {os.path.join(REPO, data)}")
+
+
+def rerun_settings(got, record):
+    """The submission's settings as this checkout reruns them: its model file and data found here, no hosts."""
+    s = record["settings"]
+    model = in_tree(got, s["model"]) if s["model"].endswith(".py") else s["model"]
+    return {**s, "model": model, "data": data_path(got, s), "hosts": []}
+
+
+def rerun(what, argv):
     print(f"grade: {what}: {' '.join(argv)}", flush=True)
     return subprocess.run(argv, env={**os.environ, "PYTHONPATH": REPO}).returncode
 
 
-def verify_problems(args):
-    """Rerun verify with the submission's settings here; each verdict that does not reproduce, a line each."""
-    results_dir = os.path.join(args.out, "results")
-    argv = submit.verify_command({**args.settings, "hosts": []}, results_dir, os.path.join(args.out, "checkpoints"))
-    if rerun(args, "verify", argv) not in (0, 1):  # here, not on the student's hosts
-        return ["verify could not run here (above, why)"]
+def verify_problems(settings, model_sha256, submitted, reruns):
+    """verify rerun here (once for every submission of the same model and settings, under `reruns`); each pair
+    either side has whose verdict the other does not share, a line each."""
+    same = {**settings, "model": model_sha256}  # one file, wherever each student's tree holds it
+    key = hashlib.sha256(json.dumps(same, sort_keys=True).encode()).hexdigest()[:16]
+    results_dir = os.path.join(reruns, key, "results")
     path = os.path.join(results_dir, results.VERIFY)
     if not os.path.exists(path):
-        return ["verify's rerun wrote no verdict (above, why)"]
+        argv = submit.verify_command(settings, results_dir, os.path.join(reruns, key, "checkpoints"))
+        if rerun("verify", argv) not in (0, 1) or not os.path.exists(path):
+            return ["verify could not run here (above, why)"]
+    else:
+        print(f"grade: verify: the rerun of these settings and model, {results_dir}", flush=True)
     again = {(p["a"], p["b"]): p["verdict"] for p in results.read_json(path, "verify")["pairs"]}
-    submitted = {(p["a"], p["b"]): p["verdict"] for p in args.verify["pairs"]}
-    found = [f"verify: {a} vs {b}: the submission says {verdict!r}, the rerun {again.get((a, b), 'nothing')!r}"
-             for (a, b), verdict in submitted.items() if again.get((a, b)) != verdict]
-    print(f"grade: verify: {len(submitted) - len(found)} of {len(submitted)} verdicts reproduce", flush=True)
+    given = {(p["a"], p["b"]): p["verdict"] for p in submitted["pairs"]}
+    found = [f"verify: {a} vs {b}: the submission says {given.get((a, b), 'nothing')!r}, the rerun "
+             f"{again.get((a, b), 'nothing')!r}" for a, b in sorted(set(again) | set(given))
+             if given.get((a, b)) != again.get((a, b))]
+    print(f"grade: verify: {len(again) - len(found)} of {len(again)} pairs of the rerun as the submission has them",
+          flush=True)
     return found
 
 
@@ -132,50 +172,114 @@ def compare_throughputs(submitted, again, workers):
                    if not 1 / BAND <= after[runner] / share <= BAND]
 
 
-def bench_problems(args):
+def bench_problems(settings, submitted_dir, out):
     """A short bench here of tf, horovod and parallax, compared with the submission's (compare_throughputs)."""
-    s, results_dir = args.settings, os.path.join(args.out, "results")
-    if relative_throughputs(bench_records(args.results_dir), s["workers"]) is None:
-        return compare_throughputs(bench_records(args.results_dir), [], s["workers"])[1]
-    argv = submit.bench_command(s, results_dir, os.path.join(args.out, "checkpoints", "bench"), GRADE_BENCH_STEPS,
+    if relative_throughputs(bench_records(submitted_dir), settings["workers"]) is None:
+        return compare_throughputs(bench_records(submitted_dir), [], settings["workers"])[1]
+    results_dir = os.path.join(out, "bench", "results")
+    argv = submit.bench_command(settings, results_dir, os.path.join(out, "bench", "checkpoints"), GRADE_BENCH_STEPS,
                                 GRADE_WARMUP_STEPS, rubric.ARCHITECTURES)
-    if rerun(args, "bench", argv):
+    if rerun("bench", argv):
         return ["the bench could not run here (above, why)"]
-    lines, found = compare_throughputs(bench_records(args.results_dir), bench_records(results_dir), s["workers"])
+    lines, found = compare_throughputs(bench_records(submitted_dir), bench_records(results_dir), settings["workers"])
     for line in lines:
         print(f"grade: bench: {line}", flush=True)
     return found
 
 
+def student_of(got, record):
+    """Who handed it in: the name make submission was given, else the author of the commit that holds the
+    submission, else git's user where it was made; both named when who made it is not who committed it."""
+    said = record.get("submitted_by") or {}
+    author = subprocess.run(["git", "-C", got.tree, "log", "-1", "--format=%an <%ae>", "--",
+                             os.path.relpath(got.submission, got.tree)], capture_output=True, text=True).stdout.strip()
+    name = said.get("student") or author or said.get("git_user") or "unknown"
+    made_by = said.get("git_user")
+    return f"{name} (made by {made_by}, committed by {author})" if author and made_by and author != made_by else name
+
+
+def grade(source, out, allow=(), bench=False, reruns=None):
+    """Grade one submission; return what the gradebook records of it (findings: [(what, line)])."""
+    got = received.receive(source, os.path.join(out, "received"))
+    record = read_manifest(got)
+    s = record["settings"]
+    results_dir = os.path.join(got.submission, "results", os.path.splitext(os.path.basename(s["model"]))[0])
+    student = student_of(got, record)
+    student_path = os.path.join(got.submission, record["student"]["file"])
+    print(f"grade: {source}: {s['model']} ({s['config']}), W = {s['workers']}, by {student}, made {record['made']} "
+          f"at commit {record['commit'][:12]}{' with changes' if record['dirty'] else ''}", flush=True)
+    if bench and s["hosts"]:
+        raise harness.UsageError(f"--bench: the submission's bench ran on its hosts ({', '.join(s['hosts'])}): "
+                                 f"grade without BENCH=1")
+    if bench and s["net"] != "loopback" and os.geteuid() != 0:  # not comparable on loopback
+        raise harness.UsageError(f"--bench: the submission's bench emulated links of {s['net']}, which needs "
+                                 f"root here: grade without BENCH=1, or as root")
+    code = code_problems(got, record, allow)
+    for line in code or ["the model file as made, " + ("this tree the submission's" if got.own else
+                                                       "the toolkit this checkout's")]:
+        print(f"grade: code: {line}", flush=True)
+    found = [("code", line) for line in code] + own_findings(got, record, results_dir)
+    try:
+        submitted = results.read_json(os.path.join(results_dir, results.VERIFY), "verify")
+        medians = sorted(r["throughput"]["median"] for r in bench_records(results_dir) if "skipped" not in r)
+        items = rubric.check(results_dir, open(student_path).read() if os.path.exists(student_path) else None)
+    except (ResultsError, KeyError, TypeError):  # checks.submission named it
+        submitted, medians, items = None, [], []
+    if code and got.own:  # a rerun of other code says nothing about the submission
+        print("grade: code: this tree is not the code the submission was made from; nothing rerun", flush=True)
+    elif any(line.startswith("model file") for line in code):
+        print("grade: model: not the file the submission was made from; nothing rerun", flush=True)
+    elif not record.get("complete") or submitted is None:
+        print("grade: its results are partial or unreadable; nothing rerun", flush=True)
+    else:
+        settings = rerun_settings(got, record)
+        found += [("rerun", line) for line in
+                  verify_problems(settings, record["model"]["sha256"], submitted, reruns or os.path.join(out, "rerun"))]
+        if bench:
+            found += [("rerun", line) for line in bench_problems(settings, results_dir, out)]
+    return {"submission": source, "student": student, "model": s["model"], "config": s["config"],
+            "model_sha256": record["model"]["sha256"],
+            "model_in_toolkit": record["model"]["file"] in received.toolkit(),
+            "verdict": "NOT REPRODUCED" if found else "REPRODUCED", "findings": found,
+            "rubric": [{"item": item.name, "met": item.met, "found": item.found} for item in items],
+            "results": manifest.files_under(got.submission, "results"), "medians": medians, "hosts": record["hosts"]}
+
+
+def own_findings(got, record, results_dir):
+    """The submission against itself and its manifest, each finding printed: [(what, line)]."""
+    found = [("results", line) for line in checks.submission(got.submission, record, results_dir)]
+    if manifest.digest(os.path.join(got.submission, record["student"]["file"])) != record["student"]["sha256"]:
+        found.append(("student.md", "edited after its report was made: make submission-report, and commit it"))
+    if not record.get("complete"):
+        found.append(("incomplete", f"the submission's own {record.get('failed', 'run')} failed: its results are "
+                                    f"partial; make submission again"))
+    for what, line in found:
+        print(f"grade: {what}: {line}", flush=True)
+    kinds = {what for what, _ in found}
+    print("grade: " + "; ".join(ok for what, ok in (
+        ("results", f"results: {len(record.get('results') or {}) + len(record.get('report') or {})} files as "
+                    "made, the settings, pairs and throughputs agreeing"),
+        ("student.md", "student.md: as typeset"), ("incomplete", "complete")) if what not in kinds), flush=True)
+    return found
+
+
 def main():
     args = parse_flags(sys.argv[1:])
-    for made in ("results", "checkpoints"):  # an earlier grade's rerun must not stand for this one
-        shutil.rmtree(os.path.join(args.out, made), ignore_errors=True)
-    record = args.manifest
-    print(f"grade: {args.submission}: {args.settings['model']} ({args.settings['config']}), W = "
-          f"{args.settings['workers']}, made {record['made']} at commit {record['commit'][:12]}"
-          f"{' with uncommitted changes' if record['dirty'] else ''}", flush=True)
-    found = code_problems(args)
-    if found:  # a rerun of other code says nothing about the submission
-        print("grade: code: DIFFERS from the submission's; nothing rerun", flush=True)
-    else:
-        print("grade: code: as the submission was made", flush=True)
-        found += verify_problems(args)
-        if args.bench:
-            found += bench_problems(args)
-    student_path = os.path.join(args.submission, record["student"]["file"])
-    text = open(student_path).read() if os.path.exists(student_path) else None
+    shutil.rmtree(os.path.join(args.out, "rerun"), ignore_errors=True)  # an earlier grade's must not stand for this
+    graded = grade(args.submission, args.out, args.allow, args.bench)
     print("grade: the assignment's items, from the submission's results and student.md:")
-    for item in rubric.check(args.results_dir, text):
-        print(f"  {'yes' if item.met else 'MISSING':8s} {item.name}: {item.found}")
+    for item in graded["rubric"]:
+        print(f"  {'yes' if item['met'] else 'MISSING':8s} {item['item']}: {item['found']}")
     print("grade: the hosts it was made on: " + "; ".join(
         f"{h['host']} ({h['environment'].get('cpu_model')}, {h['environment'].get('cpu_cores')} cores, "
-        f"{len(h['environment'].get('gpus') or [])} GPUs, {len(h['runs'])} runs)" for h in record["hosts"]))
-    if found:
-        for line in found:
-            print(f"grade: NOT REPRODUCED: {line}", file=sys.stderr)
+        f"{len(h['environment'].get('gpus') or [])} GPUs, {len(h['runs'])} runs)" for h in graded["hosts"]))
+    results.write_json(os.path.join(args.out, "grade.json"), graded)
+    if graded["findings"]:
+        for what, line in graded["findings"]:
+            print(f"grade: NOT REPRODUCED: {what}: {line}", file=sys.stderr)
         return 1
-    print("grade: REPRODUCED: the code is the submission's and every verdict comes out the same here")
+    print("grade: REPRODUCED: the code is as it should be, the submission agrees with itself and every verdict "
+          "comes out the same here")
     return 0
 
 

@@ -1,6 +1,7 @@
 """A submission's manifest (submission/manifest.json): what ties its results to the code that made them (the
-commit, every file that differed from it, the model file's digest), the commands run, and the environment of
-every host that ran a task. make grade checks the tree against it."""
+commit, every file that differed from it, the model file's digest), the digest of every file it holds, who made
+it, the commands run, and the environment of every host that ran a task. make grade checks a submission against
+it."""
 import glob
 import hashlib
 import os
@@ -44,6 +45,30 @@ def changed_files(commit, outside):
     names = git("diff", "--name-only", "-z", commit, "--", ".", *excluded).split("\0")
     names += git("ls-files", "--others", "--exclude-standard", "-z", "--", ".", *excluded).split("\0")
     return {name: digest(os.path.join(REPO, name)) for name in sorted(set(names)) if name}
+
+
+def tracked(path):
+    """Whether git tracks `path` (relative to the repository)."""
+    return subprocess.run(["git", "-C", REPO, "ls-files", "--error-unmatch", "--", path],
+                          capture_output=True).returncode == 0
+
+
+def files_under(directory, folder):
+    """{path relative to `directory`: SHA-256} of every file under directory/folder, in order of path."""
+    found = {}
+    for root, _, names in os.walk(os.path.join(directory, folder)):
+        for name in names:
+            path = os.path.join(root, name)
+            found[os.path.relpath(path, directory)] = digest(path)
+    return dict(sorted(found.items()))
+
+
+def submitter(name):
+    """Who makes the submission: `name` (make submission STUDENT=) and git's user, who will commit it."""
+    def config(key):
+        return subprocess.run(["git", "-C", REPO, "config", key], capture_output=True, text=True).stdout.strip()
+    return {"student": name or None, "git_user": f"{config('user.name')} <{config('user.email')}>"
+            if config("user.name") else None}
 
 
 def in_repository(path):

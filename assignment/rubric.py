@@ -65,6 +65,7 @@ def check(results_dir, student_text):
              f"verify ran {', '.join(runs)}" if verify else "no verify.json"),
         Item("correctness checked", bool(verify and verify["passed"]),
              ("verify PASSED" if verify["passed"] else "verify FAILED") if verify else "no verify.json"),
+        answered(student.CORRECTNESS, "why the synchronous runs match the reference"),
         Item("every difference explained", bool(verify) and not unexplained,
              f"no explanation of {', '.join(unexplained)}" if unexplained else
              f"{len(differing(verify))} difference(s), each explained" if verify else "no verify.json"),
@@ -74,7 +75,8 @@ def check(results_dir, student_text):
              f"the bench left out {', '.join(str(w) if w >= 0 else 'unrecorded' for w in warmups)} steps"
              if warmups else "no bench measured"),
         answered(student.THROUGHPUT, "the throughput's ranking explained"),
-        Item("environment stated", bool(verify) and not unrecorded,
+        Item("environment recorded", bool(verify) and not unrecorded,
              f"no host record of {', '.join(unrecorded)}" if unrecorded else
              f"every host of the {len(distributed)} distributed runs recorded" if verify else "no verify.json"),
+        answered(student.ENVIRONMENT, "the environment stated"),
     ]

@@ -5,9 +5,11 @@
 
 Runs make verify, the bench in the assignment's window (--warmup_steps left out of --bench_steps) and the report,
 then writes <out>/: results/<model>/, report/report.pdf, manifest.json (assignment/manifest.py) and, when there
-is none yet, student.md, the student's own section, from its template. --report_only typesets the report again
-(after editing student.md) with the settings the manifest records, and brings the manifest up to date. Exit 0
-when every step ran, 1 when one failed (named; the manifest then says so), 2 on bad input."""
+is none yet, student.md, the student's own section, from its template. A verify that fails goes on to the bench
+and the report: the student explains each difference. --report_only typesets the report again (after editing
+student.md) with the settings the manifest records; the commit and the results' digests stay as they were made.
+Exit 0 when every step ran and verify passed, 1 when one failed (named; the manifest then says so), 2 on bad
+input."""
 import datetime
 import os
 import shutil
@@ -23,6 +25,8 @@ from bench import costs
 # The assignment's window: "the first 50~100 iterations ... can be unstable, so just discard them". 100 steps
 # measured after them give the median a standard error of about an eighth of the step times' spread.
 BENCH_STEPS, WARMUP_STEPS = 150, 50
+# What is fixed when the results are made: make submission-report keeps these and adds the report's own.
+MADE = ("made", "settings", "submitted_by", "commit", "dirty", "changed", "model", "results", "hosts")
 
 
 def parse_flags(argv=None):
@@ -46,6 +50,8 @@ def parse_flags(argv=None):
     flags.DEFINE_string("net", "100mbit" if os.geteuid() == 0 else "loopback", "the bench's emulated link rate per "
                         "machine; loopback: not emulated (the default without root)", flag_values=parser)
     flags.DEFINE_string("out", "submission", "where the submission goes", flag_values=parser)
+    flags.DEFINE_string("student", None, "who hands it in, as the gradebook should name them (default: git's "
+                        "user)", flag_values=parser)
     flags.DEFINE_boolean("report_only", False, "typeset the report again from <out>/results and student.md",
                          flag_values=parser)
     args = flags.parse(parser, argv)
@@ -63,12 +69,26 @@ def parse_flags(argv=None):
                          "bench_steps": args.bench_steps, "warmup_steps": args.warmup_steps, "net": args.net,
                          "hosts": [f"{h}:{n}" for h, n in args.hosts or []], "runs": args.runs,
                          "bench_runs": args.bench_runs}
+        model_file(args.model)
     if args.warmup_steps >= args.bench_steps:
         raise harness.UsageError(f"--warmup_steps={args.warmup_steps}: leaves none of --bench_steps="
                                  f"{args.bench_steps} measured")
     args.name = os.path.splitext(os.path.basename(args.settings["model"]))[0]
     args.results_dir = os.path.join(args.out, "results", args.name)
     return args
+
+
+def model_file(model):
+    """The model's file relative to the repository; a UsageError unless git tracks it (the TA's clone has only what
+    is committed, and make grade takes the model from it)."""
+    relative = manifest.in_repository(models.path_of(model))
+    if relative is None:
+        raise harness.UsageError(f"--model={model}: outside the repository: copy it into models/ and git add it "
+                                 f"(the TA grades the file the repository holds)")
+    if not manifest.tracked(relative):
+        raise harness.UsageError(f"--model={model}: git does not track {relative}: git add {relative} first (the "
+                                 f"TA grades the file the repository holds)")
+    return relative
 
 
 def run_flags(settings, config="config"):
@@ -128,6 +148,23 @@ def write_template(args):
         print(f"submission: wrote {path}, the student's own section: fill it in, then make submission-report")
 
 
+def stopped(step, verify_path):
+    """Whether a step failed; a verify that ran and found differences did not: they are the student's to explain."""
+    return bool(step["status"]) and not (step["step"] == "verify" and step["status"] == 1
+                                         and os.path.exists(verify_path))
+
+
+def failed(args, done, verify_path):
+    """The step that failed, or None: a measuring step's failure stays, whatever make submission-report does
+    after it (make submission again); the report's failure is the report's own."""
+    if args.report_only:
+        measuring = args.earlier.get("failed") if args.earlier.get("failed") != "report" else None
+    else:
+        measuring = next((step["step"] for step in done if step["step"] != "report" and stopped(step, verify_path)),
+                         None)
+    return measuring or ("report" if done[-1]["step"] == "report" and done[-1]["status"] else None)
+
+
 def main():
     args = parse_flags(sys.argv[1:])
     os.makedirs(args.out, exist_ok=True)
@@ -140,34 +177,42 @@ def main():
             stale = os.path.join(args.results_dir, name)
             if name != costs.COSTS:
                 shutil.rmtree(stale) if os.path.isdir(stale) else os.remove(stale)
+    verify_path = os.path.join(args.results_dir, results.VERIFY)
     done = []
     for what, argv in commands(args):
         if what == "report":
             write_template(args)
         done.append(run(what, argv))
-        if done[-1]["status"]:
+        if stopped(done[-1], verify_path):
             break
-    failed = next((step for step in done if step["status"]), None)
     student_path = os.path.join(args.out, "student.md")
-    record = {
+    made = {key: earlier.get(key) for key in MADE} if args.report_only else {
         "made": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "settings": args.settings,
+        "settings": args.settings, "submitted_by": manifest.submitter(args.student),
         **manifest.code(models.path_of(args.settings["model"]), args.out),
+        "results": manifest.files_under(args.out, "results"), "hosts": manifest.hosts(args.results_dir)}
+    failed_step = failed(args, done, verify_path)
+    record = {
+        **made,
+        "report": manifest.files_under(args.out, "report"),
         "commands": earlier.get("commands", []) + done,
-        "hosts": manifest.hosts(args.results_dir),
         "student": {"file": "student.md", "sha256": manifest.digest(student_path)},
-        "complete": failed is None and not earlier.get("failed"),
-        **({"failed": failed["step"]} if failed else {}),
+        "complete": failed_step is None,
+        **({"failed": failed_step} if failed_step else {}),
     }
     results.write_json(path, record)
-    if failed:
-        print(f"submission: FAILED: {failed['step']} exited {failed['status']}; {path} records it", file=sys.stderr)
+    if failed_step:
+        print(f"submission: FAILED: {failed_step} did not run to its end; {path} records it: make submission"
+              f"{'-report' if failed_step == 'report' else ''} again", file=sys.stderr)
         return 1
     missing = [item for item in rubric.check(args.results_dir, open(student_path).read()) if not item.met]
+    passed = os.path.exists(verify_path) and results.read_json(verify_path, "verify")["passed"]
     print(f"submission: {args.out}/ written: commit it (git add {args.out}). "
+          + ("verify FAILED: explain each difference under its heading in student.md, then make submission-report. "
+             if not passed else "")
           + (f"Still missing: {'; '.join(item.name for item in missing)}" if missing
              else "Every item the assignment asks for is there."))
-    return 0
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

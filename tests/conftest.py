@@ -26,7 +26,8 @@ from harness import REPO
 # test_docker first: on a fresh machine it builds its image, Horovod included, for about 20 minutes.
 # Then by their seconds in the last full run (docs/measurements.md, "The test suite's time").
 LONGEST_FIRST = ["test_docker", "test_cluster", "test_bench", "test_copied_code", "test_verify", "test_resume",
-                 "test_end_of_run", "test_submission", "test_unprivileged", "test_soak", "test_ssh", "test_your_model"]
+                 "test_end_of_run", "test_grade", "test_submission", "test_unprivileged", "test_soak", "test_ssh",
+                 "test_your_model"]
 
 
 def group_of(nodeid):
@@ -124,6 +125,71 @@ def measured_costs():
         result = run_module("bench.costs", "--quick", cwd=work, timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr
     return made_once("costs", measure) / "results"
+
+
+def make(target, *variables, cwd, timeout=1200):
+    """`make -s TARGET VARIABLES` in `cwd` (a clone: setup is this repository's) -> the CompletedProcess."""
+    return subprocess.run(["make", "-s", "-o", ".venv/.setup-done", target, *variables], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def clone(source, destination, name="Student"):
+    """A clone of `source` using this repository's .venv, as a student's or a TA's checkout; `name` commits."""
+    subprocess.run(["git", "clone", "-q", str(source), str(destination)], check=True)
+    os.symlink(os.path.join(REPO, ".venv"), destination / ".venv")
+    for key, value in (("user.name", name), ("user.email", f"{name.lower()}@example.org")):
+        subprocess.run(["git", "-C", str(destination), "config", key, value], check=True)
+    return destination
+
+
+def commit(repo, *paths, message="Submission"):
+    subprocess.run(["git", "-C", str(repo), "add", *paths], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", message], check=True)
+
+
+# A submission in minutes, not the assignment's window: 8 steps of which 2 warm-up; verify's runs those the bench
+# compares, and tf-async for a difference to explain.
+SUBMISSION_TINY = ["CONFIG=tiny", "STEPS=8", "WARMUP=2", "ARGS=--runs=tf,horovod,parallax,tf-async"]
+ANSWERS = {"<The model and the paper it comes from": "Zaremba, Sutskever and Vinyals, Recurrent Neural Network "
+                                                     "Regularization, arXiv:1409.2329, 2014.",
+           "<The repository and file you took": "tensorflow/models, tutorials/rnn/ptb/ptb_word_lm.py.",
+           "<What verify compared": "Each run adds the two workers' gradients as the reference does.",
+           "<Why the architectures rank": "Horovod sends the dense gradients once, by a ring.",
+           "<Anything about the machines": "One shared two-core machine."}
+
+
+def answer(path):
+    """Fill in the student's section: every placeholder answered but the ones of the differences."""
+    text = path.read_text()
+    for placeholder, words in ANSWERS.items():
+        start = text.index(placeholder)
+        text = text[:start] + words + text[text.index(">", start) + 1:]
+    path.write_text(text)
+
+
+@pytest.fixture(scope="session")
+def submitted(measured_costs):
+    """A student's repository, made once: make submission STUDENT="Ann Lee" (its bench given this machine's
+    measured costs), student.md answered, make submission-report and a commit of submission/. Returns (the
+    repository, make submission's CompletedProcess, the PDF's first page before the answers, the manifest before
+    the report was typeset again); clone the repository to change anything."""
+    def submit(work):
+        repo = clone(REPO, work / "repo", "Ann")
+        (repo / "submission/results/lstm").mkdir(parents=True)
+        shutil.copy(measured_costs / "bench-costs.json", repo / "submission/results/lstm")
+        (repo / "submission/results/lstm/verify-parallax-local.json").write_text("{}")  # an earlier attempt's
+        made = make("submission", *SUBMISSION_TINY, "STUDENT=Ann Lee", cwd=repo)
+        assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+        first_page = PdfReader(repo / "submission/report/report.pdf").pages[0].extract_text()
+        before = json.loads((repo / "submission/manifest.json").read_text())
+        answer(repo / "submission/student.md")
+        again = make("submission-report", cwd=repo)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        commit(repo, "submission")
+        (work / "made.json").write_text(json.dumps([made.stdout, made.stderr, first_page, before]))
+    work = made_once("submission", submit)
+    stdout, stderr, first_page, before = json.loads((work / "made.json").read_text())
+    return work / "repo", subprocess.CompletedProcess([], 0, stdout, stderr), first_page, before
 
 
 def copy_verified(verified, work, names):

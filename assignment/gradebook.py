@@ -1,0 +1,118 @@
+"""make grade-all SUBMISSIONS=dir/: a class graded at once with this checkout's code (docs/submission.md).
+
+    python -m assignment.gradebook --submissions=dir/ [--bench] [--allow=...]
+
+Grades every entry of the folder (a student's repository, folder or archive each) as make grade does, verify
+rerun once for submissions of the same model and settings, then writes <out>/gradebook.csv (a row each: student,
+model, verdict, each rubric item, what did not reproduce, copies) and <out>/gradebook.md, the one page a grader
+reads. Submissions are flagged as copies when they share their own model file's digest, a result file's digest
+or a throughput. Exit 0 when every submission reproduces and none is flagged, 1 otherwise, 2 on bad input."""
+import csv
+import itertools
+import os
+import shutil
+import sys
+
+import harness
+from harness import flags, results
+from bench import costs
+from assignment import grade, manifest
+
+# The machine's records, the same for every student of one lab machine: its hosts, its costs, and Parallax's
+# published configurations priced with them.
+MACHINE_RECORDS = (".hosts.json", costs.COSTS, results.PARALLAX)
+
+
+def parse_flags(argv=None):
+    parser = flags.FlagSet("python -m assignment.gradebook", __doc__)
+    flags.DEFINE_string("submissions", None, "a folder of submissions: a repository, folder or archive each",
+                        flag_values=parser)
+    flags.DEFINE_boolean("bench", False, "a short bench of each too (make grade BENCH=1)", flag_values=parser)
+    flags.DEFINE_list("allow", [], "toolkit files (glob patterns) students may have changed", flag_values=parser)
+    flags.DEFINE_string("out", "grade", "where each grade and the gradebook go", flag_values=parser)
+    args = flags.parse(parser, argv)
+    if not args.submissions or not os.path.isdir(args.submissions):
+        raise harness.UsageError(f"--submissions={args.submissions or ''}: not a folder of submissions")
+    args.entries = sorted(name for name in os.listdir(args.submissions) if not name.startswith("."))
+    if not args.entries:
+        raise harness.UsageError(f"--submissions={args.submissions}: empty")
+    manifest.head()
+    return args
+
+
+def shared(a, b):
+    """What two graded submissions have in common that a submission of one's own would not, a phrase each."""
+    found = []
+    if a["model_sha256"] == b["model_sha256"] and not a["model_in_toolkit"]:
+        found.append("model file")
+    same = [path for path, digest in a["results"].items() if b["results"].get(path) == digest
+            and not path.endswith(MACHINE_RECORDS)]
+    if same:
+        found.append(f"{len(same)} result file(s)")
+    if set(a["medians"]) & set(b["medians"]):
+        found.append("throughputs")
+    return found
+
+
+def copies(graded):
+    """{name: [a line for each other submission it shares something with]}."""
+    found = {name: [] for name in graded}
+    for (x, a), (y, b) in itertools.combinations(graded.items(), 2):
+        what = shared(a, b)
+        if what:
+            found[x].append(f"shares {', '.join(what)} with {y}")
+            found[y].append(f"shares {', '.join(what)} with {x}")
+    return found
+
+
+def write(out, graded, flagged):
+    """gradebook.csv and gradebook.md from each submission's grade (`graded`: {name: grade or its error})."""
+    items = next((g["rubric"] for g in graded.values() if "rubric" in g), [])
+    names = [item["item"] for item in items]
+    with open(os.path.join(out, "gradebook.csv"), "w", newline="") as f:
+        table = csv.writer(f)
+        table.writerow(["submission", "student", "model", "verdict", *names, "not reproduced", "copies"])
+        for name, g in graded.items():
+            met = {item["item"]: "yes" if item["met"] else "MISSING" for item in g.get("rubric", [])}
+            table.writerow([name, g.get("student", ""), g.get("model", ""), g["verdict"],
+                            *[met.get(item, "") for item in names],
+                            " | ".join(f"{what}: {line}" for what, line in g.get("findings", [])),
+                            " | ".join(flagged[name])])
+    lines = ["# Gradebook", "", "| submission | student | model | verdict | rubric | copies |",
+             "|---|---|---|---|---|---|"]
+    for name, g in graded.items():
+        met = sum(item["met"] for item in g.get("rubric", []))
+        lines.append(f"| {name} | {g.get('student', '')} | {g.get('model', '')} | {g['verdict']} | "
+                     f"{met} of {len(g.get('rubric', []))} | {'; '.join(flagged[name]) or '-'} |")
+    lines += ["", "## What did not reproduce", ""]
+    for name, g in graded.items():
+        lines += [f"- {name}: {what}: {line}" for what, line in g.get("findings", [])[:5]]
+        if len(g.get("findings", [])) > 5:
+            lines.append(f"- {name}: {len(g['findings']) - 5} more (gradebook.csv)")
+    with open(os.path.join(out, "gradebook.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_flags(sys.argv[1:])
+    reruns = os.path.join(args.out, "reruns")
+    shutil.rmtree(reruns, ignore_errors=True)  # an earlier grade-all's must not stand for this one
+    graded = {}
+    for name in args.entries:
+        print(f"gradebook: {name}", flush=True)
+        try:
+            graded[name] = grade.grade(os.path.join(args.submissions, name), os.path.join(args.out, name),
+                                       args.allow, args.bench, reruns)
+        except harness.UsageError as error:  # one that cannot be graded is named, the others go on
+            print(f"gradebook: {name}: {error}", flush=True)
+            graded[name] = {"verdict": "NOT GRADED", "findings": [("submission", str(error))]}
+    flagged = copies({name: g for name, g in graded.items() if "results" in g})
+    flagged = {name: flagged.get(name, []) for name in graded}
+    print(write(args.out, graded, flagged))
+    print(f"gradebook: {os.path.join(args.out, 'gradebook.csv')}, {os.path.join(args.out, 'gradebook.md')}")
+    return 0 if all(g["verdict"] == "REPRODUCED" for g in graded.values()) and not any(flagged.values()) else 1
+
+
+if __name__ == "__main__":
+    harness.main(main)
