@@ -7,7 +7,7 @@
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, determinism, models, placement, runner_flags, training, update
+from harness import data, determinism, models, placement, reduction, runner_flags, training, update
 from harness.checkpoints import Checkpoints
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
@@ -30,7 +30,7 @@ def reference_step(model, config, seed, feed, num_workers):
     """One step as `num_workers` shards: (params, gradient kinds, objective, final state, global norm, train op)."""
     params = Params(model, config, seed)
     objectives, final_states, gradients = worker_gradients(params, feed, seed, num_workers)
-    train_op, global_norm = update.update(params, update.average_worker_gradients(gradients), feed.learning_rate,
+    train_op, global_norm = update.update(params, reduction.workers_mean(gradients), feed.learning_rate,
                                           feed.step)
     final_state = final_states[0] if feed.initial_state is None else tf.concat(final_states, axis=0)
     kinds = placement.gradient_kinds(params.variables, gradients[0])

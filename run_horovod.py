@@ -8,7 +8,7 @@ sparse gradient is allgathered unless --sparse_as_dense densifies it for an allr
 """
 
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
-from harness import data, determinism, models, placement, runner_flags, training, update
+from harness import data, determinism, models, placement, reduction, runner_flags, training, update
 from harness.checkpoints import Checkpoints
 from harness.recorder import Recorder, remove_stale_outputs
 from harness.training import StepFeed
@@ -44,8 +44,8 @@ def main():
     kinds = placement.gradient_kinds(params.variables, gradients)
     if args.sparse_as_dense:
         gradients = [tf.convert_to_tensor(g) for g in gradients]
-    # Horovod: average over workers; IndexedSlices are allgathered, dense tensors allreduced.
-    gradients = [hvd.allreduce(g, op=hvd.Average) for g in gradients]
+    # Horovod: average over workers: Horovod's allreduce, or --reduction=exact: in rank order (harness/reduction.py)
+    gradients = reduction.horovod_mean(gradients, hvd, args.reduction == "exact")
     global_objective = hvd.allreduce(objective, op=hvd.Average)
     train_op, global_norm = update.update(params, gradients, feed.learning_rate, feed.step)
     saver = params.saver()

@@ -9,7 +9,7 @@ cannot look wrong here, as it can in the parameters after a step of Adam, which 
 """
 import harness.determinism  # first: it fixes TensorFlow's kernels before TensorFlow loads
 import harness
-from harness import determinism, models, runner_flags, update
+from harness import determinism, models, reduction, runner_flags, update
 from harness.training import StepFeed
 from harness.variables import Params
 import numpy as np
@@ -23,7 +23,7 @@ SHOWN = 8  # the variables the table shows, the farthest first
 def global_gradients(params, feed, seed, num_workers):
     """The global batch's gradient of each variable, dense, computed as `num_workers` workers."""
     _, _, gradients = run.worker_gradients(params, feed, seed, num_workers)
-    averaged = update.average_worker_gradients(gradients)
+    averaged = reduction.workers_mean(gradients)
     return [update.dense(g, variable) for g, variable in zip(averaged, params.variable_list)]
 
 

@@ -20,7 +20,7 @@ FAULT_ENV = "CHECKPOINT_FAULT"
 STAGES = ("state", "variables", "marker")  # after the state file, after the Saver's files, before the rename
 # The flags whose values shape what a run computes (those a runner has), and the worker count.
 SHAPING_FLAGS = ("model", "config", "seed", "batch_size", "data_path", "partitions", "partition_strategy",
-                 "average_sparse", "local_aggregation", "sparse_as_dense")
+                 "average_sparse", "local_aggregation", "sparse_as_dense", "reduction")
 
 
 class Checkpoints:

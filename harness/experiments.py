@@ -17,6 +17,7 @@ ARCHITECTURES = {"tf": Architecture("run_tf.py", parameter_servers=True, horovod
                                           partition_search=True)}
 
 RING_ORDER = "Horovod's ring allreduce adds the workers' dense gradients in ring order, not worker order"
+MACHINE_ORDER = "local aggregation adds each machine's sparse gradients first, then the machines'"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,12 @@ RUNS = {run.name: run for run in [
         "identical", RING_ORDER, "#ff9896"),
     Run("parallax", "Parallax hybrid", "parallax", (), "hybrid", "identical", RING_ORDER, "#2ca02c"),
     Run("parallax-local", "Parallax hybrid, local aggregation", "parallax", ("--local_aggregation=true",),
-        "hybrid-local", "identical", RING_ORDER, "#98df8a"),
+        "hybrid-local", "identical", MACHINE_ORDER, "#98df8a"),
+    # The exact reduction (harness/reduction.py): the workers' gradients added in rank order at any W.
+    Run("horovod-exact", "Horovod, exact reduction", "horovod", ("--reduction=exact",), "allreduce", "identical",
+        None, "#8c2d04"),
+    Run("parallax-exact", "Parallax hybrid, exact reduction", "parallax", ("--reduction=exact",), "hybrid",
+        "identical", None, "#006d2c"),
     Run("tf-async", "TF-PS asynchronous", "tf", ("--sync=false",), "ps", "different", None, "#9ecae1"),
     # TensorFlow's SyncReplicasOptimizer: synchronous, but a fast worker can fill a step's quota twice, so it
     # is not exact and verify does not run it.

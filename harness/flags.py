@@ -55,7 +55,8 @@ def parser(runner, description):
 
 
 # The shared flags that decide what a run computes and how fast: what a program passes on to the runs it starts.
-RUN_FLAGS = ("model", "config", "steps", "warmup_steps", "seed", "data_path", "intra_op_threads", "inter_op_threads")
+RUN_FLAGS = ("model", "config", "batch_size", "steps", "warmup_steps", "seed", "data_path", "intra_op_threads",
+             "inter_op_threads")
 
 
 def passed_on(args, names=RUN_FLAGS):

@@ -3,8 +3,7 @@ docs/architecture.md, "How each runner synchronises", explains it."""
 from harness import determinism  # noqa: F401  (before TensorFlow: it fixes TensorFlow's kernels)
 import tensorflow as tf  # noqa: E402
 
-from harness import gradient_queues, placement, training, update  # noqa: E402
-from harness.variables import deduplicate  # noqa: E402
+from harness import gradient_queues, placement, reduction, training, update  # noqa: E402
 
 
 def hybrid_placement(kinds, num_ps, worker_device):
@@ -29,7 +28,7 @@ def send_sparse_gradients(args, parts, gradients, step, rank, num_workers):
         send, from_workers = gradient_queues.collect_gradients(parts, gradients, step, group.index(rank), len(group),
                                                                rank == group[0], f"/job:worker/task:{group[0]}")
         if rank == group[0]:
-            gradients = [deduplicate(update.concatenate_slices(g)) for g in zip(*from_workers)]
+            gradients = [reduction.mean(g, 1) for g in zip(*from_workers)]
         else:
             gradients, peers = None, peers + [f"/job:worker/task:{group[0]}"]
     received = None
@@ -46,7 +45,7 @@ def chief_sparse_update(params, sparse, parts, received, dense_norms, scale_queu
     combined, rows = [], []
     for part, gradients in zip(parts, zip(*received)):
         with tf.device(part.device):  # on the part's parameter server: no round trip through the chief
-            combined.append(update.concatenate_slices(gradients, divisor))
+            combined.append(reduction.mean(gradients, divisor))
             rows += [tf.shape(g.values)[0] for g in gradients]  # elsewhere, the rows themselves would travel
     combined = tf.nest.pack_sequence_as([params.variable_list[i] for i in sparse], combined)
     rows_received = tf.add_n(rows + [0])
@@ -70,9 +69,10 @@ class HybridStep:
         objective = training.worker_objective(objective, lambda count: hvd.allreduce(count, op=hvd.Sum) / hvd.size())
         gradients, names = params.gradients(objective), list(params.variables)
         self.sparse = [i for i, name in enumerate(names) if kinds[name] == "sparse"]
-        # Dense gradients are averaged by allreduce, and kept on every worker.
-        dense_norms = {name: update.prepare_gradient(params, name, hvd.allreduce(g, op=hvd.Average))
-                       for name, g in zip(names, gradients) if kinds[name] == "dense"}
+        # Dense gradients are averaged by allreduce (--reduction=exact: in rank order), and kept on every worker.
+        dense = [name for name in names if kinds[name] == "dense"]
+        means = reduction.horovod_mean([gradients[names.index(name)] for name in dense], hvd, args.reduction == "exact")
+        dense_norms = {name: update.prepare_gradient(params, name, g) for name, g in zip(dense, means)}
         parts = tf.nest.flatten([params.variable_list[i] for i in self.sparse])
         send, received, self.num_senders, self.peers = send_sparse_gradients(
             args, parts, tf.nest.flatten([gradients[i] for i in self.sparse]), feed.step, rank, num_workers)

@@ -6,7 +6,7 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from harness import gradient_queues, models, training, update  # noqa: E402
+from harness import gradient_queues, models, reduction, training, update  # noqa: E402
 from harness.variables import deduplicate  # noqa: E402
 
 
@@ -45,7 +45,7 @@ class SynchronousStep(Step):
             averaged = []
             for index, part in enumerate(tf.nest.flatten(params.variable_list)):
                 with tf.device(part.device):
-                    averaged += update.average_worker_gradients([[worker[index]] for worker in received])
+                    averaged += reduction.workers_mean([[worker[index]] for worker in received])
             train_op, self.global_norm = update.update(
                 params, tf.nest.pack_sequence_as(params.variable_list, averaged), feed.learning_rate, feed.step)
             self.global_objective = tf.add_n([q.dequeue()[1] for q in loss_queues]) / num_workers

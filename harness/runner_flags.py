@@ -71,13 +71,21 @@ def check_parameter_servers(args):
     check_cluster(args)
 
 
+def reduction(parser):
+    flags.DEFINE_enum("reduction", "horovod", ["horovod", "exact"], "how the workers' gradients are averaged: "
+                      "Horovod's allreduce (its ring's order of addition), or exact: added in rank order in "
+                      "TensorFlow, Horovod only moving bytes, identical to the reference at any W", flag_values=parser)
+
+
 def horovod(parser):
+    reduction(parser)
     flags.DEFINE_boolean("sparse_as_dense", False, "densify every sparse gradient (the embedding's, and the "
                          "sampled softmax's) and allreduce it instead of allgathering its rows", flag_values=parser)
 
 
 def hybrid(parser):
     cluster(parser)
+    reduction(parser)
     flags.DEFINE_boolean("average_sparse", True, "average the sparse gradients over workers (default) or sum "
                          "them, as Parallax does by default", flag_values=parser)
     flags.DEFINE_boolean("local_aggregation", False, "the workers of one machine (one host of --worker_hosts) sum "

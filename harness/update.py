@@ -139,26 +139,6 @@ def describe(rule, names):
                       *(f"{name}'s gradient x {factor:g}" for name, factor in rule.scale.items())])
 
 
-def average_worker_gradients(per_worker):
-    """The global batch's gradient from W workers': dense ones summed in worker order times 1/W, sparse ones
-    concatenated in worker order with values / W, as Horovod's Average and allgather give them."""
-    num_workers = len(per_worker)
-    averaged = []
-    for grads in zip(*[tf.nest.flatten(gradients) for gradients in per_worker]):
-        if isinstance(grads[0], tf.IndexedSlices):
-            averaged.append(concatenate_slices(grads, num_workers))
-        else:
-            averaged.append(sum(grads[1:], grads[0]) * (1.0 / num_workers))  # added in worker order
-    return tf.nest.pack_sequence_as(per_worker[0], averaged)
-
-
-def concatenate_slices(slices, divisor=1):
-    """tf.IndexedSlices of one variable, their rows concatenated in order, the values divided by `divisor`."""
-    values = tf.concat([g.values for g in slices], 0)
-    return tf.IndexedSlices(values / divisor if divisor != 1 else values, tf.concat([g.indices for g in slices], 0),
-                            slices[0].dense_shape)
-
-
 def update(params, gradients, learning_rate, step):
     """Apply the rule to the global batch's gradient (structured as params.variable_list); return (train_op, the
     clipped variables' global norm before clipping)."""

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO, bit_identical
-from harness import data, determinism, models, update
+from harness import data, determinism, models, reduction, update
 from harness.training import StepFeed
 from harness.partitioning import join_rows, part_rows, split_rows
 from harness.variables import Params, StepRandom, Variable, initial_value, uniform
@@ -166,17 +166,21 @@ def test_per_row_randomness_does_not_depend_on_the_sharding():
     np.testing.assert_array_equal(*shared)
 
 
-def test_averaging_two_workers_concatenates_sparse_rows_and_halves_everything():
+def test_the_workers_mean_adds_in_rank_order_then_divides():
+    """((g0 + g1) + g2) / 3, dense and row by row: 1e8 - 1e8 + 1 is 1 in this order and 0 in any other that adds 1
+    to -1e8 first (float32's step at 1e8 is 8); sparse rows concatenated in rank order, each index once."""
     def worker(rows, indices, dense):
         return [tf.IndexedSlices(tf.constant(rows), tf.constant(indices), tf.constant([8, 1])), tf.constant(dense)]
 
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        sparse, dense = update.average_worker_gradients([worker([[2.0], [4.0]], [5, 1], [1.0, 2.0]),
-                                                         worker([[6.0]], [5], [3.0, 5.0])])
+        sparse, dense = reduction.workers_mean([worker([[1e8], [4.0]], [5, 1], [1e8, 2.0]),
+                                                worker([[-1e8]], [5], [-1e8, 5.0]),
+                                                worker([[1.0]], [5], [1.0, 6.0])])
         rows, indices, dense = session.run([sparse.values, sparse.indices, dense])
-    np.testing.assert_array_equal(rows, [[1.0], [2.0], [3.0]])
-    np.testing.assert_array_equal(indices, [5, 1, 5])
-    np.testing.assert_array_equal(dense, [2.0, 3.5])
+    third = np.float32(1) / np.float32(3)
+    np.testing.assert_array_equal(indices, [5, 1])
+    np.testing.assert_array_equal(rows, [[third], [np.float32(4) / np.float32(3)]])
+    np.testing.assert_array_equal(dense, [third, np.float32(13) / np.float32(3)])
 
 
 def two_variables(rule, table, bias):
@@ -220,7 +224,7 @@ def test_the_scatter_update_equals_the_dense_update_bit_for_bit(name):
         params = Params(LSTM, config, 1)
         feed = StepFeed(LSTM, config, LSTM.data(config, "", 1), slice(None))
         gradients = [params.gradients(feed.loss(params, 1, data.shard(config.batch_size, r, 2))[0]) for r in range(2)]
-        averaged = update.average_worker_gradients(gradients)
+        averaged = reduction.workers_mean(gradients)
         updates = {"scatter": update.update(params, averaged, 0.5, feed.step),
                    "dense": update.update(params, densified(averaged), 0.5, feed.step)}
         state = {v.op.name: v for v in params.state()}

@@ -25,10 +25,10 @@ def test_every_synchronous_architecture_trains_the_reference_model(verify_run):
     report = json.loads((tmp_path / "results/verify.json").read_text())
     assert report["passed"] is True
     assert [run["name"] for run in report["runs"]] == ["reference", "tf", "horovod", "horovod-dense", "parallax",
-                                                       "parallax-local", "tf-async", "tf-fault", "horovod-fault",
-                                                       "parallax-fault"]
+                                                       "parallax-local", "horovod-exact", "parallax-exact",
+                                                       "tf-async", "tf-fault", "horovod-fault", "parallax-fault"]
     pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
-    for name in ["tf", "horovod", "horovod-dense", "parallax", "parallax-local"]:
+    for name in ["tf", "horovod", "horovod-dense", "parallax", "parallax-local", "horovod-exact", "parallax-exact"]:
         assert pairs["reference", name]["identical"] and pairs["reference", name]["max_abs_diff"] == 0
     assert ("tf", "parallax") in pairs and pairs["tf", "parallax"]["max_ulp"] == 0
     async_pair = pairs["reference", "tf-async"]  # reported, never hidden, and not part of the verdict
@@ -141,25 +141,47 @@ def test_with_four_workers_the_tolerance_applies_and_the_cause_is_named():
     passed, verdict, cause = verify_module.judge(args, "reference", "horovod", pair(False, True))
     assert (passed, verdict) == (True, "within tolerance") and "ring" in cause
     assert verify_module.judge(args, "reference", "horovod", pair(False, False))[0] is False
+    for exact in ("tf", "horovod-exact", "parallax-exact"):  # runs that add in rank order: identical at any W
+        passed, verdict, _ = verify_module.judge(args, "reference", exact, pair(False, True))
+        assert passed is False and verdict.startswith("NOT IDENTICAL (required with 4 workers)"), exact
     strict = verify_module.parse_flags(["--config=tiny", "--workers=4", "--runs=reference,horovod",
                                         "--match=identical"])
     assert verify_module.judge(strict, "reference", "horovod", pair(False, True))[0] is False
 
 
-@pytest.mark.parametrize("control", [None, "--seed=2"])
-def test_with_four_workers_horovod_passes_within_tolerance_and_fails_with_another_seed(tmp_path, control):
-    """End to end at W = 4: the ring's order of addition is named as the cause of the difference; a reference of
-    another seed is a real difference and fails."""
-    flags = ["--model=transformer", "--workers=4", "--runs=reference,horovod"]
-    result = verify(*flags, *([f"--runner_args=horovod={control}"] if control else []), cwd=tmp_path)
+def test_with_four_workers_the_exact_runs_are_identical_and_horovod_s_own_within_tolerance(tmp_path):
+    """End to end at W = 4: the runs that add in rank order are identical to the reference, bit for bit; Horovod's
+    own allreduce is within tolerance, the ring's order named as the cause."""
+    result = verify("--model=transformer", "--workers=4", "--runs=reference,tf,horovod,horovod-exact,parallax-exact",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    pairs = {pair["b"]: pair for pair in json.loads((tmp_path / "results/verify.json").read_text())["pairs"]
+             if pair["a"] == "reference"}
+    assert {name: pairs[name]["verdict"] for name in ("tf", "horovod-exact", "parallax-exact")} == dict.fromkeys(
+        ("tf", "horovod-exact", "parallax-exact"), "identical")
+    assert (pairs["horovod"]["identical"], pairs["horovod"]["verdict"]) == (False, "within tolerance")
+    assert "ring" in pairs["horovod"]["cause"] and f"why not identical: {pairs['horovod']['cause']}" in result.stdout
+
+
+@pytest.mark.parametrize("run, control, verdict", [("horovod", "--seed=2", "DIFFERS: "),
+                                                   ("horovod-exact", "--reduction=horovod", "NOT IDENTICAL")])
+def test_with_four_workers_another_seed_or_order_fails(tmp_path, run, control, verdict):
+    """Negative controls at W = 4: a reference of another seed is a real difference; the exact run adding in the
+    ring's order instead fails, its variables named."""
+    result = verify("--model=transformer", "--workers=4", f"--runs=reference,{run}", f"--runner_args={run}={control}",
+                    cwd=tmp_path)
     (pair,) = json.loads((tmp_path / "results/verify.json").read_text())["pairs"]
-    if control:
-        assert result.returncode == 1 and pair["passed"] is False, result.stdout[-3000:]
-        assert pair["verdict"].startswith("DIFFERS: ") and "verify: FAILED" in result.stdout
-    else:
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        assert (pair["identical"], pair["verdict"]) == (False, "within tolerance"), pair
-        assert "ring" in pair["cause"] and f"why not identical: {pair['cause']}" in result.stdout
+    assert result.returncode == 1 and pair["passed"] is False, result.stdout[-3000:]
+    assert pair["verdict"].startswith(verdict) and pair["differing_variables"] and "verify: FAILED" in result.stdout
+
+
+def test_with_three_workers_the_exact_runs_are_identical(tmp_path):
+    """W = 3: chunks of unequal length in the exact reduction, a division that is not a power of two."""
+    result = verify("--workers=3", "--batch_size=6", "--runs=reference,tf,horovod-exact,parallax-exact",
+                    cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "results/verify.json").read_text())
+    assert all(pair["verdict"] == "identical" for pair in report["pairs"]), report["pairs"]
 
 
 def test_an_old_summary_is_never_taken_for_this_runs(tmp_path):
