@@ -50,8 +50,8 @@ def parse_flags(argv=None):
     flags.DEFINE_finite_float("atol", None, "absolute tolerance (when the verdict allows one; default: the "
                               "model's TOLERANCE, or 1e-7)", parser)
     flags.DEFINE_enum("match", "auto", ["auto", "identical", "tolerance"], "what a synchronous run must achieve: "
-                      "auto is identical with up to 2 workers, and with more where both runs add in rank order (no rounding cause "
-                      "in harness/experiments.py), else within tolerance", flag_values=parser)
+                      "auto is identical with up to 2 workers, and with more where both runs add in rank order "
+                      "(no rounding cause in harness/experiments.py), else within tolerance", flag_values=parser)
     flags.DEFINE_list("runs", experiments.VERIFIED, "which runs, comma-separated (default: all)", flag_values=parser)
     flags.DEFINE_multi_string("runner_args", [], "NAME=FLAGS: extra flags for one run, e.g. "
                               "parallax=--average_sparse=false", flag_values=parser)
