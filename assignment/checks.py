@@ -7,7 +7,7 @@ import statistics
 
 from harness import results
 from harness.results import ResultsError
-from assignment import manifest
+from assignment import manifest, rubric
 
 
 def digests(submission, record):
@@ -90,8 +90,7 @@ def submission(path, record, results_dir):
     """Every check of this module, findings first to last; one line when verify's or the bench's file is unreadable."""
     try:
         verify = results.read_json(os.path.join(results_dir, results.VERIFY), "verify")
-        bench_path = os.path.join(results_dir, results.BENCH)
-        bench = [r for _, r in results.read_lines(bench_path, "bench")] if os.path.exists(bench_path) else []
+        bench = rubric.bench_records(results_dir)
         return (digests(path, record) + settings(record, verify, bench) + pairs(verify, results_dir)
                 + throughputs(verify, bench, results_dir))
     except (ResultsError, KeyError, TypeError) as error:

@@ -153,11 +153,6 @@ def relative_throughputs(records, workers):
     return {runner: median / mean for runner, median in medians.items()}
 
 
-def bench_records(results_dir):
-    path = os.path.join(results_dir, results.BENCH)
-    return [record for _, record in results.read_lines(path, "bench")] if os.path.exists(path) else []
-
-
 def compare_throughputs(submitted, again, workers):
     """(a line per architecture, problems): each one's share of the three's throughput in the submission's bench
     records and in the rerun's, a problem where it moved by more than BAND."""
@@ -174,14 +169,15 @@ def compare_throughputs(submitted, again, workers):
 
 def bench_problems(settings, submitted_dir, out):
     """A short bench here of tf, horovod and parallax, compared with the submission's (compare_throughputs)."""
-    if relative_throughputs(bench_records(submitted_dir), settings["workers"]) is None:
-        return compare_throughputs(bench_records(submitted_dir), [], settings["workers"])[1]
+    submitted = rubric.bench_records(submitted_dir)
+    if relative_throughputs(submitted, settings["workers"]) is None:
+        return compare_throughputs(submitted, [], settings["workers"])[1]
     results_dir = os.path.join(out, "bench", "results")
     argv = submit.bench_command(settings, results_dir, os.path.join(out, "bench", "checkpoints"), GRADE_BENCH_STEPS,
                                 GRADE_WARMUP_STEPS, rubric.ARCHITECTURES)
     if rerun("bench", argv):
         return ["the bench could not run here (above, why)"]
-    lines, found = compare_throughputs(bench_records(submitted_dir), bench_records(results_dir), settings["workers"])
+    lines, found = compare_throughputs(submitted, rubric.bench_records(results_dir), settings["workers"])
     for line in lines:
         print(f"grade: bench: {line}", flush=True)
     return found
@@ -221,7 +217,7 @@ def grade(source, out, allow=(), bench=False, reruns=None):
     found = [("code", line) for line in code] + own_findings(got, record, results_dir)
     try:
         submitted = results.read_json(os.path.join(results_dir, results.VERIFY), "verify")
-        medians = sorted(r["throughput"]["median"] for r in bench_records(results_dir) if "skipped" not in r)
+        medians = sorted(r["throughput"]["median"] for r in rubric.bench_records(results_dir) if "skipped" not in r)
         items = rubric.check(results_dir, open(student_path).read() if os.path.exists(student_path) else None)
     except (ResultsError, KeyError, TypeError):  # checks.submission named it
         submitted, medians, items = None, [], []

@@ -23,14 +23,19 @@ def read(results_dir):
     """(verify.json or None, the bench's records, {run: its hosts record}) of one model's results."""
     verify_path = os.path.join(results_dir, results.VERIFY)
     verify = results.read_json(verify_path, "verify") if os.path.exists(verify_path) else None
-    bench_path = os.path.join(results_dir, results.BENCH)
-    bench = [record for _, record in results.read_lines(bench_path, "bench")] if os.path.exists(bench_path) else []
+    bench = bench_records(results_dir)
     hosts = {}
     for run in (verify or {}).get("runs", []):
         path = results.hosts_path(results_dir, f"verify-{run['name']}")
         if os.path.exists(path):
             hosts[run["name"]] = results.read_json(path, "hosts")
     return verify, bench, hosts
+
+
+def bench_records(results_dir):
+    """The bench's records of one model's results ([] when it did not run)."""
+    path = os.path.join(results_dir, results.BENCH)
+    return [record for _, record in results.read_lines(path, "bench")] if os.path.exists(path) else []
 
 
 def differing(verify):
