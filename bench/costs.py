@@ -24,7 +24,7 @@ from harness.variables import deduplicate
 from launcher.starters import mpirun, netns
 from launcher.starters.local import LocalProcess
 
-from bench import protocol_probe
+from bench import protocol_probe, traffic
 
 PROBE = os.path.abspath(protocol_probe.__file__)
 COSTS = "bench-costs.json"
@@ -34,7 +34,7 @@ SHAPED_SIZES = [1 << 18, 1 << 20]  # both beyond htb's bucket of 10 ms of traffi
 SHAPED_RANKS = (2, 4)  # the rank counts Gloo's share is measured at; a run uses the nearest (docs/bench.md)
 PROBE_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": harness.REPO}
 IDLE_SECONDS = {"full": 5.0, "quick": 0.5}  # how long the collectives' ranks idle while their background is measured
-FORMAT = 5  # the record's layout: a record of another FORMAT is measured again
+FORMAT = 6  # the record's layout: a record of another FORMAT is measured again
 ROW_FLOATS = 512  # Parallax's LM1B rows (embedding and softmax 512 wide)
 
 
@@ -139,7 +139,7 @@ def protocols(grpc, collectives):
     found = {"grpc": {"pull": fit_with_cpu(grpc, "pull", 1), "push": fit_with_cpu(grpc, "push", 1),
                       "message_seconds": max(float(np.median(many) - np.median(one)) / (tensors - 1), 0.0)}}
     for name, timings in collectives.items():
-        found[name] = {operation: fit_with_cpu(timings, operation, 2) for operation in ("allreduce", "allgather")}
+        found[name] = {operation: fit_with_cpu(timings, operation, 2) for operation in traffic.COLLECTIVES}
         found[name]["background_cpu_share"] = float(np.median(timings["background_cpu_share"]))
     return found
 
@@ -147,7 +147,8 @@ def protocols(grpc, collectives):
 def payload_shares(timings, link, ranks):
     """{transport: {p16, median, p84: share}}: the rate each carries a rank's bytes over `link`, over its rate.
     gRPC is a pull and a push at once: in a run, acknowledgements of what a machine receives share its sending."""
-    sent = {"grpc": 1.0, "gloo allreduce": 2 * (ranks - 1) / ranks, "gloo allgather": ranks - 1}
+    sent = {"grpc": 1.0, "gloo allreduce": 2 * (ranks - 1) / ranks, "gloo allgather": ranks - 1,
+            "gloo alltoall": 2 * (ranks - 1) / ranks}
     shares = {}
     for name, measured in timings.items():
         line = fit(measured)
@@ -158,7 +159,7 @@ def payload_shares(timings, link, ranks):
 
 
 def gloo_timings(gloo):
-    return {f"gloo {operation}": gloo[operation] for operation in ("allreduce", "allgather")}
+    return {f"gloo {operation}": gloo[operation] for operation in traffic.COLLECTIVES}
 
 
 def measure_rows(args):

@@ -130,12 +130,14 @@ def collective_probe(args):
     import horovod.tensorflow as hvd
     hvd.init()
     tf.compat.v1.disable_eager_execution()
-    operations = {"allreduce": {}, "allgather": {}}
+    operations = {"allreduce": {}, "allgather": {}, "alltoall": {}}
     for size in args.sizes:
         # A variable, not a constant: a collective of a constant runs once and is then cached.
         tensor = tf.Variable(floats(size)).read_value()
         operations["allreduce"][size] = tf.reduce_sum(hvd.allreduce(tensor, op=hvd.Sum)[:1])
         operations["allgather"][size] = tf.reduce_sum(hvd.allgather(tensor)[:1])
+        # twice the size: at two ranks each sends half of it, `size` bytes, as the other two send
+        operations["alltoall"][size] = tf.reduce_sum(hvd.alltoall(tf.Variable(floats(2 * size)).read_value())[:1])
     own = tf.compat.v1.placeholder(tf.float64, [1])
     every_rank = hvd.allgather(own)
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:

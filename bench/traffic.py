@@ -17,7 +17,9 @@ from harness.variables import Params
 FLOAT_BYTES = 4  # float32 values
 INDEX_BYTES = 4  # int32 row indices (the word ids)
 
-ARCHITECTURES = ("ps", "allreduce", "allreduce-dense", "hybrid", "hybrid-local")
+ARCHITECTURES = ("ps", "allreduce", "allreduce-dense", "allreduce-exact", "hybrid", "hybrid-local", "hybrid-exact")
+ALLREDUCE = ("allreduce", "allreduce-dense", "allreduce-exact")  # every gradient between the workers
+HYBRID = ("hybrid", "hybrid-local", "hybrid-exact")  # the dense gradients between the workers, the sparse by servers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +104,7 @@ def _count(indices, rows):
     return int(np.count_nonzero(inside))
 
 
-COLLECTIVES = ("allreduce", "allgather")
+COLLECTIVES = ("allreduce", "allgather", "alltoall")
 COLLECTIVE_PROBE_RANKS = 2  # bench/costs.py times a collective of two ranks
 PULL, EXCHANGE = "pull", "exchange"  # the phases: reading variables; then sending gradients (and collectives)
 
@@ -124,6 +126,21 @@ def _ring_allgather(chunks):
             for r in range(n)]
 
 
+def _exact(num_workers, buffer_bytes):
+    """Flows of the exact reduction (harness/reduction.py) of a buffer padded to W chunks: each rank sends chunk k
+    to rank k (alltoall), then a ring allgather of the W sums; 2(N-1)/N of the buffer a rank, as a ring's."""
+    if num_workers == 1 or not buffer_bytes:
+        return []
+    chunk = -(-buffer_bytes // (num_workers * FLOAT_BYTES)) * FLOAT_BYTES
+    return [(f"worker{r}", f"worker{k}", chunk, EXCHANGE, "alltoall") for r in range(num_workers)
+            for k in range(num_workers) if k != r] + _ring_allgather([chunk] * num_workers)
+
+
+def dense_reduction(architecture):
+    """The flows of an architecture's dense gradients between the workers: the exact reduction's, or the ring's."""
+    return _exact if architecture.endswith("-exact") else _ring
+
+
 def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None, only=None):
     """[(from task, to task, bytes, phase, operation)] of one step (`step_rows`: one of Rows.steps) under an
     ARCHITECTURES entry, as docs/bench.md ("The traffic model") lists them; `machine_groups`: each machine's workers
@@ -132,17 +149,17 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     wanted = set(only if only is not None else (v.name for v in variables))
     sparse = [v for v in variables if v.kind == "sparse"]
     dense = [v for v in variables if v.kind == "dense"]
-    if architecture in ("allreduce", "allreduce-dense"):
+    if architecture in ALLREDUCE:
         densified = dense + (sparse if architecture == "allreduce-dense" else [])
-        found += _ring(num_workers, sum(v.bytes for v in densified if v.name in wanted))
-        if architecture == "allreduce":
+        found += dense_reduction(architecture)(num_workers, sum(v.bytes for v in densified if v.name in wanted))
+        if architecture != "allreduce-dense":
             # Horovod allreduces a tf.IndexedSlices as two allgathers, its values and its indices.
             for v in (v for v in sparse if v.name in wanted):
                 for row_bytes in (v.row_bytes, INDEX_BYTES):
                     found += _ring_allgather([len(step_rows[w][v.name][1]) * row_bytes for w in range(num_workers)])
         return found
-    if architecture in ("hybrid", "hybrid-local"):
-        found += _ring(num_workers, sum(v.bytes for v in dense if v.name in wanted))
+    if architecture in HYBRID:
+        found += dense_reduction(architecture)(num_workers, sum(v.bytes for v in dense if v.name in wanted))
     groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
     # each group's distinct rows of each sparse variable, found once for all its parts
     pushed = {v.name: [np.unique(np.concatenate([step_rows[w][v.name][1] for w in group])) for group in groups]
@@ -334,17 +351,21 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     tables = sum(v.bytes for v in sparse if v.whole_update)
     own = 0.0 if costs.accelerated_workers else costs.work(sent_bytes([0]), sent_bytes([0], True),
                                                            dense_applied=dense_bytes, tables=tables)
-    if architecture in ("allreduce", "allreduce-dense") and costs.accelerated_workers:
+    if architecture in ALLREDUCE and costs.accelerated_workers:
         return 0.0
+    # the exact reduction adds its chunk's W copies in TensorFlow; Horovod's ring adds in Gloo, at Gloo's rate
+    exact = costs.work(0, 0, dense_added=(num_workers - 1) / num_workers * dense_bytes) \
+        if architecture.endswith("-exact") else 0.0
     if architecture == "allreduce-dense":  # added in the collective, then every table updated whole
         tables = sum(v.bytes for v in sparse) * sum(costs.row_seconds_per_byte.get(name, 0.0)
                                                     for name in ("densify", "apply_dense"))
         return max(tables + costs.work(0, 0, dense_applied=dense_bytes) - own, 0.0)
     everyone = range(num_workers)
-    if architecture == "allreduce":  # every worker deduplicates and applies every worker's rows
+    if architecture in ("allreduce", "allreduce-exact"):  # every worker deduplicates and applies every worker's rows
         union = sum(len(np.unique(np.concatenate(sent(v, everyone)))) * v.row_bytes for v in sparse
                     if not v.whole_update)
-        return max(costs.work(sent_bytes(everyone), union, dense_applied=dense_bytes, tables=tables) - own, 0.0)
+        return max(costs.work(sent_bytes(everyone), union, dense_applied=dense_bytes, tables=tables) + exact - own,
+                   0.0)
     if architecture == "hybrid-local":  # a machine's first worker sends the union of its machine's rows
         local = max(costs.work(sent_bytes(group), 0) for group in machine_groups)
         pushed = {v.name: [np.unique(np.concatenate(sent(v, group))) for group in machine_groups] for v in sparse}
@@ -361,7 +382,7 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     server = max((max(work, default=0.0) if costs.parallel_parts else sum(work)) for work in per_server)
     replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
         costs.work(0, 0, dense_applied=dense_bytes)
-    return max(local + server + replicated - own, 0.0)
+    return max(local + server + replicated + exact - own, 0.0)
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,

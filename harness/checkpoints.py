@@ -29,6 +29,7 @@ class Checkpoints:
     def __init__(self, args, saver, num_workers, workers_flag="--workers"):
         """`num_workers`: the workers whose shards a step combines, as the flag `workers_flag` gives them."""
         self.directory, self.save_every, self.saver = args.ckpt_dir, args.save_every, saver
+        self.save_step = getattr(args, "save_step", 0)
         self.shape = {flag: getattr(args, flag) for flag in SHAPING_FLAGS if hasattr(args, flag)}
         self.shape["workers"] = num_workers
         self.workers_flag = workers_flag
@@ -38,7 +39,8 @@ class Checkpoints:
 
     def due(self, steps_done, last_step):
         """Whether a checkpoint is due after `steps_done` steps; not after the last (the Recorder saves that one)."""
-        return bool(self.save_every) and steps_done % self.save_every == 0 and steps_done < last_step
+        periodic = bool(self.save_every) and steps_done % self.save_every == 0
+        return (periodic or steps_done == self.save_step) and steps_done < last_step
 
     def save(self, session, steps_done, state):
         """Write the checkpoint after `steps_done` steps (`state`: the global batch's, or None); its run.json, renamed
@@ -67,12 +69,13 @@ class Checkpoints:
         self.prune()
 
     def prune(self):
-        """Remove every checkpoint but the KEEP newest complete ones and any newer, whichever run wrote them: a run
-        restarted many times keeps a bounded disk, and no incomplete checkpoint lingers behind a complete one."""
+        """Remove every checkpoint but the KEEP newest complete ones, any newer and --save_step's, whichever run wrote
+        them: a run restarted many times keeps a bounded disk, and no incomplete checkpoint lingers behind a complete
+        one."""
         kept = [steps for steps, _ in self.complete()[:KEEP]]
         for path in glob.glob(os.path.join(self.directory, "model.ckpt-*")):
             steps = int(re.match(r"model\.ckpt-(\d+)", os.path.basename(path))[1])
-            if kept and steps not in kept and steps < kept[0]:
+            if kept and steps not in kept and steps < kept[0] and steps != self.save_step:
                 _remove(path)
 
     def complete(self):

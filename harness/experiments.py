@@ -28,7 +28,7 @@ class Run:
     flags: tuple             # the runner flags that make this variant
     traffic: str             # its step's flows in bench/traffic.py; None: it sends nothing (the reference)
     verify: str              # "reference", "identical" (bit for bit at W <= 2), "different" (async); None: not verified
-    rounding: str            # why it may differ by rounding with more than 2 workers; None: it may not
+    rounding: str            # why it may differ by rounding with more than 2 workers; None: it may not (identical)
     colour: str              # one per run in every plot; variants are shades of their architecture's hue
     fault: str = None        # the task verify --faults kills before resuming ("ps0"); None: an ordinary run
 
@@ -52,20 +52,21 @@ RUNS = {run.name: run for run in [
     Run("parallax-local", "Parallax hybrid, local aggregation", "parallax", ("--local_aggregation=true",),
         "hybrid-local", "identical", MACHINE_ORDER, "#98df8a"),
     # The exact reduction (harness/reduction.py): the workers' gradients added in rank order at any W.
-    Run("horovod-exact", "Horovod, exact reduction", "horovod", ("--reduction=exact",), "allreduce", "identical",
+    Run("horovod-exact", "Horovod, exact reduction", "horovod", ("--reduction=exact",), "allreduce-exact", "identical",
         None, "#8c2d04"),
-    Run("parallax-exact", "Parallax hybrid, exact reduction", "parallax", ("--reduction=exact",), "hybrid",
+    Run("parallax-exact", "Parallax hybrid, exact reduction", "parallax", ("--reduction=exact",), "hybrid-exact",
         "identical", None, "#006d2c"),
     Run("tf-async", "TF-PS asynchronous", "tf", ("--sync=false",), "ps", "different", None, "#9ecae1"),
     # TensorFlow's SyncReplicasOptimizer: synchronous, but a fast worker can fill a step's quota twice, so it
     # is not exact and verify does not run it.
     Run("tf-replicas", "TF-PS SyncReplicasOptimizer", "tf", ("--sync_replicas",), "ps", None, None, "#08519c"),
-    # verify --faults: one run of each architecture once more, a task killed and the run resumed.
+    # verify --faults: one run of each architecture once more, a task killed and the run resumed; with the exact
+    # reduction, so that the resumed run must be identical at any W.
     Run("tf-fault", "TF-PS, a parameter server killed", "tf", (), "ps", "identical", None, "#6baed6", "ps0"),
-    Run("horovod-fault", "Horovod, a worker killed", "horovod", (), "allreduce", "identical", RING_ORDER,
-        "#e7969c", "worker1"),
-    Run("parallax-fault", "Parallax hybrid, the chief killed", "parallax", (), "hybrid", "identical", RING_ORDER,
-        "#74c476", "worker0"),
+    Run("horovod-fault", "Horovod, a worker killed", "horovod", ("--reduction=exact",), "allreduce-exact",
+        "identical", None, "#e7969c", "worker1"),
+    Run("parallax-fault", "Parallax hybrid, the chief killed", "parallax", ("--reduction=exact",), "hybrid-exact",
+        "identical", None, "#74c476", "worker0"),
 ]}
 
 FAULTED = [name for name, run in RUNS.items() if run.fault]

@@ -14,6 +14,8 @@ def resumable(parser):
     """The flags of periodic checkpoints and resuming (harness/checkpoints.py), which every runner has."""
     flags.DEFINE_integer("save_every", 0, "steps between periodic checkpoints (0: only the final one)", lower_bound=0,
                          flag_values=parser)
+    flags.DEFINE_integer("save_step", 0, "also a checkpoint after this step, kept (0: none): verify compares the "
+                         "first step's where training has not yet grown rounding", lower_bound=0, flag_values=parser)
     flags.DEFINE_boolean("resume", False, "continue from the latest complete checkpoint in --ckpt_dir",
                          flag_values=parser)
 

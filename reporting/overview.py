@@ -143,7 +143,10 @@ def architecture_paragraphs(sizes, tied=()):
     sparse = " and ".join(sizes.sparse_names) if sizes and sizes.sparse_names else None
     whole = (f" ({' and '.join(tied)}: looked up by rows, but also read whole, as a tied output layer reads it, so "
              f"{'its' if len(tied) == 1 else 'their'} gradient is dense)" if tied else "")
-    ring = ("With two workers every sum is one commutative addition; with more, the ring adds in its own order.")
+    ring = ("With two workers every sum is one commutative addition; with more, the ring adds in its own order. "
+            "Runs named \"exact reduction\" (--reduction=exact) add the workers' dense gradients in rank order "
+            "instead, Horovod only moving bytes (an alltoall, then an allgather): identical to the reference at "
+            "any W; every other Horovod run in this report is Horovod's own allreduce.")
     if sparse:
         allreduce = (f"Every worker holds every variable. Dense gradients are averaged by Horovod's ring allreduce; "
                      f"the sparse gradient of {sparse} is allgathered (rows and indices), or with --sparse_as_dense "

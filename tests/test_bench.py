@@ -60,6 +60,37 @@ def test_ring_allreduce_moves_2_n_minus_1_over_n_of_the_dense_bytes():
         assert per_machine == [(2 * (n - 1) / n * 400, 2 * (n - 1) / n * 400)] * n
 
 
+def test_the_exact_reduction_moves_a_ring_s_bytes_as_an_alltoall_and_an_allgather():
+    """harness/reduction.py's exact reduction of 400 dense bytes: chunk k (padded to whole floats) sent to rank k,
+    the sums allgathered; a ring's 2(N-1)/N of the buffer each way; the sparse rows allgathered as Horovod's."""
+    for n in (2, 3, 4):
+        flows = traffic.flows("allreduce-exact", [DENSE], one_step(*[[0]] * n), n, 1)
+        chunk = -(-100 // n) * 4
+        assert sorted({f[4] for f in flows}) == ["allgather", "alltoall"]
+        assert sum(f[2] for f in flows if f[4] == "alltoall") == n * (n - 1) * chunk
+        per_machine = traffic.link_bytes(flows, machines(*[[f"worker{w}"] for w in range(n)]))
+        assert per_machine == [(2 * (n - 1) * chunk, 2 * (n - 1) * chunk)] * n
+        ring = traffic.link_bytes(traffic.flows("allreduce", [DENSE], one_step(*[[0]] * n), n, 1),
+                                  machines(*[[f"worker{w}"] for w in range(n)]))
+        assert np.ravel(per_machine) == pytest.approx(np.ravel(ring), rel=0.03)  # the padding's few bytes
+    step = one_step([1, 2, 2], [3], [4, 5, 6])
+    assert traffic.flows("allreduce-exact", [TABLE], step, 3, 1) == traffic.flows("allreduce", [TABLE], step, 3, 1)
+    hybrid = traffic.flows("hybrid-exact", [DENSE, TABLE], step, 3, 1)
+    assert [f for f in hybrid if f[4] not in ("alltoall", "allgather")] == [
+        f for f in traffic.flows("hybrid", [DENSE, TABLE], step, 3, 1) if f[4] != "allreduce"]
+
+
+def test_the_exact_reduction_adds_its_chunk_s_copies_in_the_update():
+    """Each rank adds W copies of its chunk in TensorFlow: (W - 1) / W of the dense bytes at the "add" rate,
+    beyond Horovod's ring (which adds inside Gloo, at its rate)."""
+    costs = traffic.Costs(row_seconds_per_byte={"add": 0.5, "apply": 0.0})
+    step = one_step(*[[0]] * 4)
+    assert traffic.update_seconds("allreduce-exact", [DENSE], step, 4, 1, costs=costs) - traffic.update_seconds(
+        "allreduce", [DENSE], step, 4, 1, costs=costs) == pytest.approx(3 / 4 * 400 * 0.5)
+    assert traffic.update_seconds("hybrid-exact", [DENSE], step, 4, 1, costs=costs) - traffic.update_seconds(
+        "hybrid", [DENSE], step, 4, 1, costs=costs) == pytest.approx(3 / 4 * 400 * 0.5)
+
+
 def test_allgather_passes_on_every_rank_s_rows_but_the_next_one_s():
     step = one_step([1, 2, 2], [3], [4, 5, 6])  # distinct rows: 2, 1, 3
     flows = traffic.flows("allreduce", [TABLE], step, 3, 1)
@@ -357,7 +388,8 @@ def test_the_cost_benchmark_measures_every_protocol_in_sane_units(measured_costs
     # fast end of the delivery at least its middle, the slow end at most; Gloo's at each rank count
     shares = measured["shaped_link"]["payload_shares"]
     assert {ranks: set(of_ranks) for ranks, of_ranks in shares.items()} == {
-        "2": {"grpc", "gloo allreduce", "gloo allgather"}, "4": {"gloo allreduce", "gloo allgather"}}
+        "2": {"grpc", "gloo allreduce", "gloo allgather", "gloo alltoall"},
+        "4": {"gloo allreduce", "gloo allgather", "gloo alltoall"}}
     for share in (share for of_ranks in shares.values() for share in of_ranks.values()):
         assert 0.2 < share["p84"] <= share["median"] <= share["p16"] <= 1.0, shares
     for name in ("gloo", "mpi", "mpi-local"):  # a share of one core: the thread wakes every millisecond

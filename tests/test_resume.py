@@ -136,6 +136,19 @@ def test_old_and_incomplete_checkpoints_are_pruned_whichever_run_wrote_them(tmp_
     assert kept == [30, 40, 50, 60][-KEEP - 1:]
 
 
+def test_the_save_step_s_checkpoint_is_due_and_kept(tmp_path):
+    """--save_step=1 (verify's first step at W > 2) writes a checkpoint after step 1 beside the periodic ones, and
+    pruning keeps it."""
+    checkpoints = Checkpoints(argparse.Namespace(ckpt_dir=str(tmp_path), save_every=10, save_step=1), None, 2)
+    assert [steps for steps in range(1, 61) if checkpoints.due(steps, 60)] == [1, 10, 20, 30, 40, 50]
+    for steps in (1, 10, 20, 30, 40, 50):
+        for suffix in ("index", "state.npy", "run.json"):
+            (tmp_path / f"model.ckpt-{steps}.{suffix}").write_text(json.dumps({"steps_done": steps}))
+    checkpoints.prune()
+    assert sorted({int(path.name.split("-")[1].split(".")[0]) for path in tmp_path.iterdir()}) == \
+        [1, *[30, 40, 50][-KEEP:]]
+
+
 def test_an_unreadable_checkpoint_is_passed_over_and_named(uninterrupted, tmp_path, killed_copy):
     killed_copy(23, tmp_path)
     (tmp_path / "ckpt/model.ckpt-20.index").write_bytes(b"not a checkpoint index")
