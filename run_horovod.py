@@ -45,7 +45,7 @@ def main():
     if args.sparse_as_dense:
         gradients = [tf.convert_to_tensor(g) for g in gradients]
     # Horovod: average over workers: Horovod's allreduce, or --reduction=exact: in rank order (harness/reduction.py)
-    gradients = reduction.horovod_mean(gradients, hvd, args.reduction == "exact")
+    gradients = reduction.horovod_mean(gradients, hvd, args)
     global_objective = hvd.allreduce(objective, op=hvd.Average)
     train_op, global_norm = update.update(params, gradients, feed.learning_rate, feed.step)
     saver = params.saver()

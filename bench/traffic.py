@@ -9,7 +9,7 @@ from harness import determinism  # noqa: F401  (before TensorFlow: it fixes Tens
 import numpy as np
 import tensorflow as tf
 
-from harness import data, models, placement
+from harness import data, models, placement, reduction, runner_flags
 from harness.training import StepFeed, worker_objective
 from harness.partitioning import part_rows
 from harness.variables import Params
@@ -126,19 +126,29 @@ def _ring_allgather(chunks):
             for r in range(n)]
 
 
-def _exact(num_workers, buffer_bytes):
-    """Flows of the exact reduction (harness/reduction.py) of a buffer padded to W chunks: each rank sends chunk k
-    to rank k (alltoall), then a ring allgather of the W sums; 2(N-1)/N of the buffer a rank, as a ring's."""
-    if num_workers == 1 or not buffer_bytes:
+def _exact(num_workers, sizes):
+    """Flows of the exact reduction (harness/reduction.py) of dense gradients of `sizes` bytes, in its groups, each a
+    buffer padded to N chunks: each rank sends chunk k to rank k (alltoall), then a ring allgather of the N sums;
+    2(N-1)/N of the buffer a rank, as a ring's."""
+    found = []
+    for group in reduction.groups(sizes, runner_flags.EXACT_GROUP_BYTES):
+        chunk = -(-sum(sizes[i] for i in group) // (num_workers * FLOAT_BYTES)) * FLOAT_BYTES
+        found += [(f"worker{r}", f"worker{k}", chunk, EXCHANGE, "alltoall") for r in range(num_workers)
+                  for k in range(num_workers) if k != r] + _ring_allgather([chunk] * num_workers)
+    return found
+
+
+def exact(architecture, num_workers):
+    """Whether the dense gradients go by the exact reduction: with up to two workers it is Horovod's own ring."""
+    return architecture.endswith("-exact") and num_workers > 2
+
+
+def dense_reduction(architecture, num_workers, variables):
+    """The flows of `variables`' dense gradients between the workers: the exact reduction's, or a ring's."""
+    if num_workers == 1 or not variables:
         return []
-    chunk = -(-buffer_bytes // (num_workers * FLOAT_BYTES)) * FLOAT_BYTES
-    return [(f"worker{r}", f"worker{k}", chunk, EXCHANGE, "alltoall") for r in range(num_workers)
-            for k in range(num_workers) if k != r] + _ring_allgather([chunk] * num_workers)
-
-
-def dense_reduction(architecture):
-    """The flows of an architecture's dense gradients between the workers: the exact reduction's, or the ring's."""
-    return _exact if architecture.endswith("-exact") else _ring
+    sizes = [v.bytes for v in variables]
+    return _exact(num_workers, sizes) if exact(architecture, num_workers) else _ring(num_workers, sum(sizes))
 
 
 def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1, machine_groups=None, only=None):
@@ -151,7 +161,7 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
     dense = [v for v in variables if v.kind == "dense"]
     if architecture in ALLREDUCE:
         densified = dense + (sparse if architecture == "allreduce-dense" else [])
-        found += dense_reduction(architecture)(num_workers, sum(v.bytes for v in densified if v.name in wanted))
+        found += dense_reduction(architecture, num_workers, [v for v in densified if v.name in wanted])
         if architecture != "allreduce-dense":
             # Horovod allreduces a tf.IndexedSlices as two allgathers, its values and its indices.
             for v in (v for v in sparse if v.name in wanted):
@@ -159,7 +169,7 @@ def flows(architecture, variables, step_rows, num_workers, num_ps, partitions=1,
                     found += _ring_allgather([len(step_rows[w][v.name][1]) * row_bytes for w in range(num_workers)])
         return found
     if architecture in HYBRID:
-        found += dense_reduction(architecture)(num_workers, sum(v.bytes for v in dense if v.name in wanted))
+        found += dense_reduction(architecture, num_workers, [v for v in dense if v.name in wanted])
     groups = machine_groups if architecture == "hybrid-local" else [[w] for w in range(num_workers)]
     # each group's distinct rows of each sparse variable, found once for all its parts
     pushed = {v.name: [np.unique(np.concatenate([step_rows[w][v.name][1] for w in group])) for group in groups]
@@ -354,8 +364,8 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     if architecture in ALLREDUCE and costs.accelerated_workers:
         return 0.0
     # the exact reduction adds its chunk's W copies in TensorFlow; Horovod's ring adds in Gloo, at Gloo's rate
-    exact = costs.work(0, 0, dense_added=(num_workers - 1) / num_workers * dense_bytes) \
-        if architecture.endswith("-exact") else 0.0
+    summed = costs.work(0, 0, dense_added=(num_workers - 1) / num_workers * dense_bytes) \
+        if exact(architecture, num_workers) else 0.0
     if architecture == "allreduce-dense":  # added in the collective, then every table updated whole
         tables = sum(v.bytes for v in sparse) * sum(costs.row_seconds_per_byte.get(name, 0.0)
                                                     for name in ("densify", "apply_dense"))
@@ -364,7 +374,7 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     if architecture in ("allreduce", "allreduce-exact"):  # every worker deduplicates and applies every worker's rows
         union = sum(len(np.unique(np.concatenate(sent(v, everyone)))) * v.row_bytes for v in sparse
                     if not v.whole_update)
-        return max(costs.work(sent_bytes(everyone), union, dense_applied=dense_bytes, tables=tables) + exact - own,
+        return max(costs.work(sent_bytes(everyone), union, dense_applied=dense_bytes, tables=tables) + summed - own,
                    0.0)
     if architecture == "hybrid-local":  # a machine's first worker sends the union of its machine's rows
         local = max(costs.work(sent_bytes(group), 0) for group in machine_groups)
@@ -382,7 +392,7 @@ def update_seconds(architecture, variables, step_rows, num_workers, num_ps, part
     server = max((max(work, default=0.0) if costs.parallel_parts else sum(work)) for work in per_server)
     replicated = 0.0 if architecture == "ps" or costs.accelerated_workers else \
         costs.work(0, 0, dense_applied=dense_bytes)
-    return max(local + server + replicated + exact - own, 0.0)
+    return max(local + server + replicated + summed - own, 0.0)
 
 
 def predict(architecture, variables, rows, num_workers, num_ps, machine_of, bytes_per_second, partitions=1,

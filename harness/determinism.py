@@ -42,10 +42,13 @@ def fix_threads(args):
 
 
 def session_config(args):
-    """The session configuration of every process: fixed thread counts fix the order of sums, and Grappler's
-    arithmetic optimiser is off because it regroups sums by the whole graph's shape."""
+    """The session configuration of every process: fixed thread counts fix the order of sums; Grappler's
+    arithmetic optimiser (it regroups sums) and its remapper (it fuses an op with its consumer, so a gradient's
+    bits depend on what consumes it: the reference's sum or a runner's queue) are off, as both follow the whole
+    graph's shape."""
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=args.intra_op_threads,
                                       inter_op_parallelism_threads=args.inter_op_threads)
     rewrites = config.graph_options.rewrite_options
     rewrites.arithmetic_optimization = rewrites.OFF
+    rewrites.remapping = rewrites.OFF
     return config

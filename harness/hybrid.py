@@ -71,7 +71,7 @@ class HybridStep:
         self.sparse = [i for i, name in enumerate(names) if kinds[name] == "sparse"]
         # Dense gradients are averaged by allreduce (--reduction=exact: in rank order), and kept on every worker.
         dense = [name for name in names if kinds[name] == "dense"]
-        means = reduction.horovod_mean([gradients[names.index(name)] for name in dense], hvd, args.reduction == "exact")
+        means = reduction.horovod_mean([gradients[names.index(name)] for name in dense], hvd, args)
         dense_norms = {name: update.prepare_gradient(params, name, g) for name, g in zip(dense, means)}
         parts = tf.nest.flatten([params.variable_list[i] for i in self.sparse])
         send, received, self.num_senders, self.peers = send_sparse_gradients(

@@ -34,24 +34,52 @@ def workers_mean(per_worker):
     return tf.nest.pack_sequence_as(per_worker[0], means)
 
 
-def allreduce_mean(gradients, hvd):
+def allreduce_mean(gradients, hvd, group_bytes):
     """What hvd.allreduce(g, op=hvd.Average) gives every gradient, added in rank order in TensorFlow, Horovod only
-    moving bytes: the dense ones flattened into one buffer of W chunks, chunk k sent to rank k by alltoall, each
-    rank adding its chunk's W copies in rank order, the sums allgathered (2 (W - 1) / W of the buffer each way, a
+    moving bytes: the dense ones flattened into buffers (groups) of W chunks, chunk k sent to rank k by alltoall,
+    each rank adding its chunk's W copies in rank order, the sums allgathered (2 (W - 1) / W of a buffer each way, a
     ring's bytes); the sparse ones allgathered in rank order, each index's rows added in that order."""
     size = hvd.size()
     dense = [g for g in gradients if not isinstance(g, tf.IndexedSlices)]
-    means = iter(dense_means(dense, size, hvd) if dense else [])
+    means = iter(dense_means(dense, size, hvd, group_bytes) if dense else [])
     return [sparse_mean(tf.IndexedSlices(hvd.allgather(g.values), hvd.allgather(g.indices), g.dense_shape), size)
             if isinstance(g, tf.IndexedSlices) else next(means) for g in gradients]
 
 
-def horovod_mean(gradients, hvd, exact):
-    """Every gradient's mean over the workers, on every worker: allreduce_mean's, or Horovod's own allreduce."""
-    return allreduce_mean(gradients, hvd) if exact else [hvd.allreduce(g, op=hvd.Average) for g in gradients]
+def horovod_mean(gradients, hvd, args):
+    """Every gradient's mean over the workers, on every worker, by the reduction --reduction names. With up to two
+    workers Horovod's own allreduce gives allreduce_mean's bits (one addition commutes; halving is exact), so the
+    exact reduction is Horovod's there."""
+    if args.reduction == "exact" and hvd.size() > 2:
+        return allreduce_mean(gradients, hvd, args.exact_group_bytes)
+    return [hvd.allreduce(g, op=hvd.Average) for g in gradients]
 
 
-def dense_means(dense, size, hvd):
+def groups(sizes, group_bytes):
+    """Indices of tensors of `sizes` bytes in groups of at least `group_bytes` (but the last), from the last tensor:
+    backpropagation makes the last layers' gradients first, so a group's collectives start while the earlier
+    layers' are computed."""
+    found, group, size = [], [], 0
+    for i in reversed(range(len(sizes))):
+        group.append(i)
+        size += sizes[i]
+        if size >= group_bytes:
+            found.append(group)
+            group, size = [], 0
+    return found + [group] if group else found
+
+
+def dense_means(dense, size, hvd, group_bytes):
+    """The dense gradients' means, group by group: each element is added in rank order whatever its group."""
+    means = [None] * len(dense)
+    for group in groups([g.shape.num_elements() * g.dtype.size for g in dense], group_bytes):
+        for i, mean_of_i in zip(group, group_means([dense[i] for i in group], size, hvd)):
+            means[i] = mean_of_i
+    return means
+
+
+def group_means(dense, size, hvd):
+    """One group's means: its gradients in one buffer of `size` chunks, reduced as allreduce_mean says."""
     flat = tf.concat([tf.reshape(g, [-1]) for g in dense], 0)
     length = flat.shape[0]
     chunk = -(-length // size)

@@ -73,10 +73,16 @@ def check_parameter_servers(args):
     check_cluster(args)
 
 
+EXACT_GROUP_BYTES = 4 << 20  # the exact reduction's buffers: large enough that a group's fixed costs are small
+
+
 def reduction(parser):
     flags.DEFINE_enum("reduction", "horovod", ["horovod", "exact"], "how the workers' gradients are averaged: "
                       "Horovod's allreduce (its ring's order of addition), or exact: added in rank order in "
                       "TensorFlow, Horovod only moving bytes, identical to the reference at any W", flag_values=parser)
+    flags.DEFINE_integer("exact_group_bytes", EXACT_GROUP_BYTES, "--reduction=exact: the dense gradients reduced "
+                         "in groups of about this many bytes, each once it is computed (the bits do not depend on it)",
+                         lower_bound=1, flag_values=parser)
 
 
 def horovod(parser):

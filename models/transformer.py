@@ -46,8 +46,6 @@ CONFIGS = {
 
 UNIT = "words"
 BENCH_CONFIGS = ("small", "base")  # a light and a heavy dense step beside the same sparse embedding
-# Beyond two workers ReLU's kinks and Adam's steps enlarge the ring's rounding (docs/your-model.md, section 5).
-TOLERANCE = (1e-2, 1e-7)
 
 
 def units_per_row(config):

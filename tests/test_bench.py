@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, pdf_text, read_jsonl, run_module, run_script, without_spaces
 from bench import crossover, predict, traffic, validate
 from bench import run as bench_run
-from harness import UsageError, experiments, placement
+from harness import UsageError, experiments, placement, reduction, runner_flags
 from launcher.starters import netns
 from reporting import blocks
 from harness import models
@@ -63,7 +63,7 @@ def test_ring_allreduce_moves_2_n_minus_1_over_n_of_the_dense_bytes():
 def test_the_exact_reduction_moves_a_ring_s_bytes_as_an_alltoall_and_an_allgather():
     """harness/reduction.py's exact reduction of 400 dense bytes: chunk k (padded to whole floats) sent to rank k,
     the sums allgathered; a ring's 2(N-1)/N of the buffer each way; the sparse rows allgathered as Horovod's."""
-    for n in (2, 3, 4):
+    for n in (3, 4):
         flows = traffic.flows("allreduce-exact", [DENSE], one_step(*[[0]] * n), n, 1)
         chunk = -(-100 // n) * 4
         assert sorted({f[4] for f in flows}) == ["allgather", "alltoall"]
@@ -73,11 +73,24 @@ def test_the_exact_reduction_moves_a_ring_s_bytes_as_an_alltoall_and_an_allgathe
         ring = traffic.link_bytes(traffic.flows("allreduce", [DENSE], one_step(*[[0]] * n), n, 1),
                                   machines(*[[f"worker{w}"] for w in range(n)]))
         assert np.ravel(per_machine) == pytest.approx(np.ravel(ring), rel=0.03)  # the padding's few bytes
+    two = one_step([0], [0])  # with two workers the exact reduction is Horovod's own ring (harness/reduction.py)
+    assert traffic.flows("allreduce-exact", [DENSE], two, 2, 1) == traffic.flows("allreduce", [DENSE], two, 2, 1)
     step = one_step([1, 2, 2], [3], [4, 5, 6])
     assert traffic.flows("allreduce-exact", [TABLE], step, 3, 1) == traffic.flows("allreduce", [TABLE], step, 3, 1)
     hybrid = traffic.flows("hybrid-exact", [DENSE, TABLE], step, 3, 1)
     assert [f for f in hybrid if f[4] not in ("alltoall", "allgather")] == [
         f for f in traffic.flows("hybrid", [DENSE, TABLE], step, 3, 1) if f[4] != "allreduce"]
+
+
+def test_the_exact_reduction_groups_from_the_last_gradient_and_prices_each_group():
+    """Groups of at least the limit, from the last gradient (backpropagation's first); each its own alltoall and
+    allgather, chunks padded within it."""
+    assert reduction.groups([10, 10, 10], 15) == [[2, 1], [0]]
+    assert reduction.groups([10, 10, 10], 30) == [[2, 1, 0]]
+    assert reduction.groups([40, 4, 4], 8) == [[2, 1], [0]]
+    big = traffic.Variable("big", (runner_flags.EXACT_GROUP_BYTES // 4 + 1,), "dense")  # a group of its own
+    flows = traffic.flows("allreduce-exact", [DENSE, big], one_step(*[[0]] * 4), 4, 1)
+    assert sorted({f[2] for f in flows if f[4] == "alltoall"}) == [100, -(-big.bytes // 16) * 4]
 
 
 def test_the_exact_reduction_adds_its_chunk_s_copies_in_the_update():
