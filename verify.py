@@ -30,6 +30,7 @@ import checkpoints_compare
 # With more than 2 workers, the step whose checkpoints judge the runs that may differ by rounding.
 FIRST_STEP = 1
 
+
 def parse_flags(argv=None):
     parser = flags.parser("verify", __doc__)
     parser.set_default("steps", 60)
@@ -53,7 +54,8 @@ def parse_flags(argv=None):
                               "model's TOLERANCE, or 1e-7)", parser)
     flags.DEFINE_enum("match", "auto", ["auto", "identical", "tolerance"], "what a synchronous run must achieve: "
                       "auto is identical with up to 2 workers, and with more where both runs add in rank order "
-                      "(no rounding cause in harness/experiments.py), else within tolerance", flag_values=parser)
+                      "(no rounding cause in harness/experiments.py), else within tolerance after step 1 (the last "
+                      "step with identical or tolerance)", flag_values=parser)
     flags.DEFINE_list("runs", experiments.VERIFIED, "which runs, comma-separated (default: all)", flag_values=parser)
     flags.DEFINE_multi_string("runner_args", [], "NAME=FLAGS: extra flags for one run, e.g. "
                               "parallax=--average_sparse=false", flag_values=parser)
@@ -250,8 +252,8 @@ def main():
     if os.path.exists(verdict_path):
         os.remove(verdict_path)  # an earlier verdict must not stand for this run
     if args.match != "auto":
-        print(f"verify: --match={args.match} overrides the default (identical with up to 2 workers, within "
-              f"tolerance with more)", flush=True)
+        print(f"verify: --match={args.match} overrides the default (identical with up to 2 workers; with more, "
+              f"identical where both runs add in rank order, else within tolerance after step 1)", flush=True)
     runs = []
     for name in args.runs:
         try:
