@@ -8,10 +8,12 @@ be identical to the reference, bit for bit; with more, so must every run that ad
 (Horovod's own allreduce) be within tolerance after their first step. Exit status 0 passed, 1 failed, 2 bad
 input. docs/architecture.md, "What make verify shows, and why", explains it.
 """
-import harness.determinism  # first: the models verify loads to check flags import TensorFlow
+import harness.determinism  # first: checkpoints_compare imports TensorFlow
+import json
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +23,7 @@ import numpy as np
 import harness
 from harness import REPO, experiments, flags, models, results, runner_flags
 from harness.experiments import RUNS
-from launcher import launch, preflight
+from launcher import launch, preflight, sandbox
 from launcher.starters import docker
 from launcher.starters.ssh import Ssh
 
@@ -32,6 +34,7 @@ FIRST_STEP = 1
 
 
 def parse_flags(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = flags.parser("verify", __doc__)
     parser.set_default("steps", 60)
     parser.set_default("ckpt_dir", os.path.join("checkpoints", "verify"))
@@ -63,7 +66,19 @@ def parse_flags(argv=None):
                          "killing a task at a step drawn from the seed (a parameter server, a worker, the chief) "
                          "and resuming from the periodic checkpoints: each must match the reference as the "
                          "uninterrupted runs do", flag_values=parser)
-    args = flags.parse(parser, argv)
+    flags.DEFINE_boolean("sandbox", False, "run the model's code (the check of the runs' flags, every run) only in "
+                         "sandboxes, each run writing only its own folders (launcher/sandbox.py; make grade)",
+                         flag_values=parser)
+    flags.DEFINE_list("sandbox_readable", [], "with --sandbox: folders the runs may read besides the toolkit, the "
+                      "model's and the data's (the student's tree)", flag_values=parser)
+    flags.DEFINE_integer("sandbox_memory", 16, "with --sandbox: GiB of address space a process", lower_bound=1,
+                         flag_values=parser)
+    flags.DEFINE_integer("sandbox_seconds", 3600, "with --sandbox: seconds a run may take", lower_bound=1,
+                         flag_values=parser)
+    flags.DEFINE_boolean("check_runs", False, "check every run's flags, print what verify needs of the model as "
+                         "JSON and exit: the one process of verify that loads the model, which verify starts itself",
+                         flag_values=parser)
+    args = flags.parse(parser, argv, load_model=False)  # the judge never runs the model's code
     args.runs, args.runner_args = checked_runs(args.runs, args.runner_args)
     if args.faults and args.steps < 4:
         raise harness.UsageError(f"--faults: --steps={args.steps} leaves no step between two checkpoints to kill at")
@@ -74,14 +89,79 @@ def parse_flags(argv=None):
         raise harness.UsageError("--docker: not with --hosts or --slurm (each task is a machine of its own)")
     if args.docker:
         docker.check(args.docker)
+    if args.sandbox and (args.hosts or args.slurm or args.docker or args.net):
+        raise harness.UsageError("--sandbox: every run on this machine (not with --hosts, --slurm, --docker or --net)")
+    if args.sandbox:  # paths as the sandbox, which starts in a folder of its own, finds them
+        sandbox.check()
+        args.model = os.path.abspath(args.model) if args.model.endswith(".py") else args.model
+        args.data_path, args.ckpt_dir, args.results_dir = (os.path.abspath(path) if path else path for path in (
+            args.data_path, args.ckpt_dir, args.results_dir))
     args.identical = args.match == "identical" or (args.match == "auto" and args.workers <= 2)
-    rtol, atol = models.tolerance(models.load(args.model))
+    if args.check_runs:
+        return args
+    facts = model_facts(args, argv)
+    args.config = facts["config"]
+    rtol, atol = facts["tolerance"]
     args.rtol, args.atol = (rtol if args.rtol is None else args.rtol), (atol if args.atol is None else args.atol)
-    for name in args.runs:  # every run's flags, checked now rather than minutes in, when the run starts
-        check_run_flags(args, name)
     if args.hosts:  # every host ready, the working directory where verify reads the runs' results shared
         preflight.check(Ssh(args.hosts, args.ssh_config), require_shared=True, model=models.path_of(args.model))
     return args
+
+
+def check_runs(args):
+    """In the child model_facts starts: the model loaded, every run's flags checked as its runner will check them
+    (rather than minutes in, when the run starts); the facts verify needs, printed as the last line."""
+    model = models.load(args.model)
+    args.config = models.config(model, args.config, args.batch_size).name
+    for name in args.runs:
+        check_run_flags(args, name)
+    print(json.dumps({"config": args.config, "tolerance": list(models.tolerance(model))}))
+    return 0
+
+
+def model_facts(args, argv):
+    """{config, tolerance} of the model, from a process of its own (sandboxed with --sandbox) that loads it and
+    checks every run's flags: verify never runs the model's code. Its one-line errors are verify's; what it prints
+    is checked as data."""
+    # In a sandbox it writes nothing of verify's: it checks the runs' flags against folders of its own /tmp.
+    inside = [f"--model={args.model}", f"--data_path={args.data_path}", "--ckpt_dir=/tmp/check/checkpoints",
+              "--results_dir=/tmp/check/results"] if args.sandbox else []
+    argv = [sys.executable, os.path.abspath(__file__), *argv, *inside, "--check_runs"]
+    done = (sandboxed(args).run(argv, capture_output=True, text=True) if args.sandbox else
+            subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO}))
+    if args.sandbox and done.returncode == sandbox.TIMED_OUT:
+        raise harness.UsageError(f"--model={args.model}: loading it to check the runs stopped at the sandbox's time "
+                                 f"limit ({args.sandbox_seconds} s)")
+    errors = [line.split(": error: ", 1)[1] for line in done.stderr.splitlines() if ": error: " in line]
+    if done.returncode == 2 and errors:
+        raise harness.UsageError("\n".join(errors))
+    try:
+        facts = json.loads(done.stdout.strip().splitlines()[-1])
+        config, tolerance = facts["config"], tuple(facts["tolerance"])
+        if not (isinstance(config, str) and len(tolerance) == 2 and
+                all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in tolerance)):
+            raise ValueError(facts)
+    except (IndexError, KeyError, TypeError, ValueError):
+        lines = (done.stderr.strip() or done.stdout.strip() or "nothing").splitlines()
+        raise harness.UsageError(f"--model={args.model}: loading it to check the runs failed (exit "
+                                 f"{done.returncode}): {lines[-1]}") from None
+    return {"config": config, "tolerance": tolerance}
+
+
+def sandboxed(args, name=None):
+    """The sandbox of run `name` (None: the flags' check): the toolkit, the model's folder, the data and
+    --sandbox_readable read-only; the run's own checkpoint and results folders writable (run_folders)."""
+    readable = [REPO, os.path.dirname(models.path_of(args.model)), *args.sandbox_readable,
+                *([os.path.abspath(args.data_path)] if args.data_path else [])]
+    return sandbox.Sandbox(readable, run_folders(args, name) if name else [], args.sandbox_memory,
+                           args.sandbox_seconds, {"PYTHONPATH": REPO})
+
+
+def run_folders(args, name):
+    """Where run `name` writes: its checkpoints, and, with --sandbox, a results folder of its own whose files
+    verify moves into --results_dir once it ends (a run cannot touch another's)."""
+    own = [os.path.abspath(os.path.join(args.ckpt_dir, name))]
+    return own + [os.path.abspath(os.path.join(args.results_dir, f".{name}"))] if args.sandbox else own
 
 
 def checked_runs(runs, runner_args):
@@ -123,8 +203,10 @@ def fault_plan(args, name):
 def command(args, name, resume=False):
     """The command of run `name`; for a fault run, the one that kills its task (with `resume`, resumes it)."""
     run = RUNS[name]
-    shared = [*flags.passed_on(args, flags.RUN_FLAGS + ("results_dir", "log_every")), f"--run_name=verify-{name}",
-              f"--ckpt_dir={os.path.join(args.ckpt_dir, name)}", *run.flags, *args.runner_args.get(name, [])]
+    results_dir = run_folders(args, name)[1] if args.sandbox else args.results_dir
+    shared = [*flags.passed_on(args, flags.RUN_FLAGS + ("log_every",)), f"--results_dir={results_dir}",
+              f"--run_name=verify-{name}", f"--ckpt_dir={os.path.join(args.ckpt_dir, name)}", *run.flags,
+              *args.runner_args.get(name, [])]
     if first_step_judged(args):
         shared.append(f"--save_step={FIRST_STEP}")
     fault = []
@@ -170,15 +252,22 @@ def train(args, name):
     if os.path.exists(summary_path):  # the chief removes it too, unless --runner_args sent its outputs elsewhere
         os.remove(summary_path)
     started = time.time()
+    if args.sandbox:  # nothing in the run's own folders but what it writes
+        for folder in run_folders(args, name):
+            shutil.rmtree(folder, ignore_errors=True)
     if RUNS[name].fault:
-        print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
-        status = subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode
+        status = start(args, name, argv)
         if status != 1:
             raise RunFailed(f"run {name}: the run with {RUNS[name].fault} killed exited {status}, not 1")
         argv = command(args, name, resume=True)
-    print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
-    if subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode:
-        raise RunFailed(f"run {name} failed")
+    status = start(args, name, argv)
+    if args.sandbox:
+        move_results(run_folders(args, name)[1], args.results_dir)
+    if status == sandbox.TIMED_OUT and args.sandbox:
+        raise RunFailed(f"run {name} stopped at the sandbox's time limit ({args.sandbox_seconds} s)")
+    if status:
+        raise RunFailed(f"run {name} failed" + (f" (in its sandbox: {args.sandbox_memory} GiB of address space a "
+                                                f"process)" if args.sandbox else ""))
     if not os.path.exists(summary_path):
         raise RunFailed(f"run {name} finished but wrote no {summary_path}")
     try:
@@ -187,6 +276,9 @@ def train(args, name):
         raise RunFailed(f"run {name}: {error}")
     # The summary is new (removed above); the checkpoint it names must be too: written since the run started.
     checkpoint = summary["checkpoint"]
+    if args.sandbox and os.path.dirname(os.path.abspath(checkpoint)) != run_folders(args, name)[0]:
+        raise RunFailed(f"run {name}: the checkpoint {checkpoint} named by {summary_path} is not in the run's own "
+                        f"folder {run_folders(args, name)[0]}")
     if not os.path.exists(checkpoint + ".index") or os.path.getmtime(checkpoint + ".index") < started - 1:
         raise RunFailed(f"run {name}: the checkpoint {checkpoint} named by {summary_path} is not from this run")
     non_finite = checkpoints_compare.non_finite(checkpoint)
@@ -203,6 +295,23 @@ def train(args, name):
             "final_loss": summary["final_loss"], "throughput": summary["throughput"],
             **({"fault": {"task": RUNS[name].fault, "killed_after_step": fault_plan(args, name)[1],
                           "resumed_at_step": summary["resumed_at_step"]}} if RUNS[name].fault else {})}
+
+
+def start(args, name, argv):
+    """Run one command of run `name` (in its sandbox with --sandbox) and return its exit status."""
+    print(f"verify: {name}: {' '.join(shlex.quote(a) for a in argv)}", flush=True)
+    if args.sandbox:
+        return sandboxed(args, name).run(argv).returncode
+    return subprocess.run(argv, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": REPO}).returncode
+
+
+def move_results(staged, results_dir):
+    """Move every file a sandboxed run wrote in its own results folder to the same place under `results_dir`."""
+    for root, _, names in os.walk(staged):
+        for file_name in names:
+            path = os.path.join(root, file_name)
+            os.renames(path, os.path.join(results_dir, os.path.relpath(path, staged)))
+    shutil.rmtree(staged, ignore_errors=True)
 
 
 def judge(args, a, b, result):
@@ -247,6 +356,8 @@ def named(variables, most=4):
 
 def main():
     args = parse_flags()
+    if args.check_runs:
+        return check_runs(args)
     os.makedirs(args.results_dir, exist_ok=True)
     verdict_path = os.path.join(args.results_dir, results.VERIFY)
     if os.path.exists(verdict_path):

@@ -64,9 +64,10 @@ def passed_on(args, names=RUN_FLAGS):
     return [f"--{name}={getattr(args, name)}" for name in names if getattr(args, name) not in (None, "")]
 
 
-def parse(flag_values, argv=None, positional=0):
+def parse(flag_values, argv=None, positional=0, load_model=True):
     """Parse `argv` (default: the command line) into a Namespace; bad input raises UsageError, --help exits 0.
-    `positional` arguments may come among the flags (args.positional); a runner's flags are also cross-checked."""
+    `positional` arguments may come among the flags (args.positional); a runner's flags are also cross-checked,
+    the model and its config too unless `load_model` is false (a judge never runs a model file's code)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(arg in HELP_FLAGS for arg in argv):
         print(help_text(flag_values))
@@ -83,17 +84,20 @@ def parse(flag_values, argv=None, positional=0):
     if "intra_op_threads" in flag_values:  # before a model loads: a Keras program makes TensorFlow's devices
         determinism.fix_threads(args)
     if "model" in flag_values and "config" in flag_values:  # a run's flags (the preflight has --model alone)
-        _check_run(args)
+        _check_run(args, load_model)
     return args
 
 
-def _check_run(args):
+def _check_run(args, load_model):
     """The shared flags a program has (parser()'s, less those it deleted), checked against each other and the disk."""
     if "steps" in vars(args) and args.warmup_steps >= args.steps:
         raise UsageError(f"--warmup_steps={args.warmup_steps} must be smaller than --steps={args.steps}: "
                          "the throughput timer needs steps after the warm-up")
-    args.config = args.config or next(iter(models.load(args.model).CONFIGS))  # the model and its config exist
-    models.config(models.load(args.model), args.config, vars(args).get("batch_size"))
+    if load_model:
+        args.config = args.config or next(iter(models.load(args.model).CONFIGS))  # the model and its config exist
+        models.config(models.load(args.model), args.config, vars(args).get("batch_size"))
+    else:
+        models.path_of(args.model)  # the file exists
     if vars(args).get("data_path") and not os.path.exists(args.data_path):
         raise UsageError(f"--data_path: {args.data_path} does not exist")
     if "run_name" in vars(args) and (not args.run_name or os.sep in args.run_name):

@@ -32,6 +32,8 @@ want mpicxx "openmpi-bin libopenmpi-dev" "MPI=1"
 # ip and tc build the emulated clusters (NET=, make bench's links; root only); the tests find stray tasks with pgrep.
 want tc iproute2 "emulated links"
 want pgrep procps "the tests"
+# bubblewrap: make grade runs the students' code in its sandboxes (launcher/sandbox.py).
+want bwrap bubblewrap "make grade's sandbox"
 want sshd openssh-server "the tests' ssh hosts, containers' HOSTS= runs"
 # What only the test suite uses; LSTM_DIST_MINIMAL=1 (docker/Dockerfile) leaves it out.
 if [ "${LSTM_DIST_MINIMAL:-0}" != 1 ]; then

@@ -1,0 +1,104 @@
+"""A sandbox for code the TA did not write (make grade): bubblewrap around one command (docs/submission.md).
+
+Inside: the system's programs and libraries, Python and the folders named, read-only; the folders the command
+writes, writable; a private /tmp, which is also $HOME; a network of its own with a loopback and nothing else;
+process IDs of its own, so nothing it starts outlives it (what is left running is named, then stopped); each
+process's address space capped; the whole stopped at a time limit. bubblewrap needs no root where user namespaces
+are on."""
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+
+from harness import UsageError
+
+# The few files of /etc that programs read; the rest (ssh host keys, shadow) stays out.
+ETC = ("alternatives", "group", "host.conf", "hosts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
+       "nsswitch.conf", "openmpi", "passwd", "ssl")
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/sys")
+# The environment passed in, by name or prefix; the TA's tokens and paths stay out.
+KEPT = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTHONPATH")
+KEPT_PREFIXES = ("TF_", "HOROVOD_", "LSTM_DIST_")
+# Run inside as the command's parent: after it ends, every process still running is named (then the sandbox's
+# end stops it). $$ is this shell, 1 bubblewrap's init.
+REAPER = ('"$@"; status=$?; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] || '
+          '{ [ -r "$d/cmdline" ] && echo "sandbox: left running, stopped: $(tr "\\0" " " < "$d/cmdline")" >&2; }; '
+          'done; exit $status')
+TIMED_OUT = 124  # as timeout(1) exits
+
+
+def unavailable():
+    """Why no sandbox can start here (no bubblewrap, or it fails to start one), or None."""
+    if not shutil.which("bwrap"):
+        return "bubblewrap is not installed (sudo apt-get install bubblewrap)"
+    tried = subprocess.run(Sandbox([], []).command(["true"], cwd="/"), capture_output=True, text=True)
+    if tried.returncode:
+        return f"bubblewrap cannot start a sandbox here: {(tried.stderr.strip().splitlines() or ['?'])[-1]}"
+    return None
+
+
+class Sandbox:
+    """The sandbox of one command: `readable` folders read-only, `writable` ones (made if missing) writable, each
+    process's address space capped at `memory_gib`, the whole stopped after `seconds`; `setenv` more variables."""
+
+    def __init__(self, readable, writable, memory_gib=16, seconds=3600, setenv=None):
+        self.readable, self.writable = list(readable), list(writable)
+        self.memory_gib, self.seconds, self.setenv = memory_gib, seconds, dict(setenv or {})
+
+    def mounts(self):
+        """bubblewrap's mount arguments: system, Python, the readable folders, then the writable ones over them."""
+        found = ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
+        found += [arg for path in SYSTEM if os.path.exists(path) for arg in ("--ro-bind", path, path)]
+        found += [arg for name in ETC if os.path.exists(f"/etc/{name}")
+                  for arg in ("--ro-bind", f"/etc/{name}", f"/etc/{name}")]
+        python = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+        for path in sorted(python) + [os.path.realpath(p) for p in self.readable]:
+            found += ["--ro-bind", path, path]
+        for path in self.writable:
+            os.makedirs(path, exist_ok=True)
+            found += ["--bind", os.path.realpath(path), os.path.realpath(path)]
+        return found
+
+    def environment(self):
+        """bubblewrap's arguments for the command's environment: the kept variables, HOME the private /tmp."""
+        kept = {name: value for name, value in os.environ.items()
+                if name in KEPT or name.startswith(KEPT_PREFIXES)}
+        return ["--clearenv", *[arg for name, value in sorted({**kept, "HOME": "/tmp", **self.setenv}.items())
+                                for arg in ("--setenv", name, value)]]
+
+    def command(self, argv, cwd=None):
+        """The command line that runs `argv` in this sandbox, in `cwd` (a mounted folder; default: the first
+        writable one, else the first readable)."""
+        cwd = cwd or (self.writable or self.readable or ["/"])[0]
+        user = [] if os.geteuid() == 0 else ["--unshare-user"]
+        return ["bwrap", *self.mounts(), *self.environment(), *user, "--unshare-net", "--unshare-pid",
+                "--unshare-ipc", "--unshare-uts", "--new-session", "--die-with-parent",
+                "--chdir", os.path.realpath(cwd), "sh", "-c", REAPER, "sh", *argv]
+
+    def limit(self):
+        """In the child before bubblewrap starts: the address-space cap, inherited by every process inside."""
+        cap = self.memory_gib << 30
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    def run(self, argv, cwd=None, capture_output=False, text=False):
+        """Run `argv` in the sandbox and return its CompletedProcess; exit status TIMED_OUT when stopped at the
+        time limit (the whole sandbox then stopped: the caller names it)."""
+        pipe = subprocess.PIPE if capture_output else None
+        process = subprocess.Popen(self.command(argv, cwd), preexec_fn=self.limit, start_new_session=True,
+                                   stdout=pipe, stderr=pipe, text=text)
+        try:
+            out, err = process.communicate(timeout=self.seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # bubblewrap and its init: the namespace's processes die with it
+            out, err = process.communicate()
+            return subprocess.CompletedProcess(argv, TIMED_OUT, out, err)
+        return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def check():
+    """A UsageError naming why no sandbox can start here."""
+    why = unavailable()
+    if why:
+        raise UsageError(f"no sandbox for the student's code: {why}; TRUST=1 runs it without one, with your rights")
