@@ -198,16 +198,17 @@ submission-report: setup
 # git URL), an archive of it, or a folder; its toolkit files against this checkout's (ALLOW= those it may change),
 # the submission against itself, verify rerun with this checkout's code (BENCH=1: a short bench too), the rubric.
 # Exit 0 when everything reproduces, 1 naming what does not. In the student's own clone, make grade checks the
-# submission with the student's code.
+# submission with the student's code. The student's code runs only in sandboxes (launcher/sandbox.py, bubblewrap);
+# where none can start, TRUST=1 runs it with your rights.
 grade: setup
 	$(PYTHON) -m assignment.grade --submission=$(SUBMISSION) $(if $(filter 1,$(BENCH)),--bench) \
-	    $(if $(ALLOW),--allow=$(ALLOW)) $(ARGS)
+	    $(if $(ALLOW),--allow=$(ALLOW)) $(if $(filter 1,$(TRUST)),--trust) $(ARGS)
 
 # A class at once (assignment/gradebook.py): every submission in SUBMISSIONS (a folder, repository or archive
 # each) graded, grade/gradebook.csv and grade/gradebook.md written, copies flagged.
 grade-all: setup
 	$(PYTHON) -m assignment.gradebook --submissions=$(SUBMISSIONS) $(if $(filter 1,$(BENCH)),--bench) \
-	    $(if $(ALLOW),--allow=$(ALLOW)) $(ARGS)
+	    $(if $(ALLOW),--allow=$(ALLOW)) $(if $(filter 1,$(TRUST)),--trust) $(ARGS)
 
 clean:
 	rm -rf checkpoints $(RESULTS) $(REPORT)

@@ -22,11 +22,16 @@ import harness
 from harness import REPO, flags, results
 from harness.results import ResultsError
 from assignment import checks, manifest, received, rubric, submit
+from launcher import sandbox
 
 # Another machine moves each architecture's throughput relative to the others' (cores, memory, network); beyond
 # this factor the ranking the student explains is not the one the TA sees.
 BAND = 1.5
 GRADE_BENCH_STEPS, GRADE_WARMUP_STEPS = 40, 10  # a short bench: the ranking, not the figures
+# The reference's loss at its first LOSS_STEPS steps must be the rerun's within LOSS_RTOL: another CPU's rounding
+# (or another thread count's) stays below it there, then grows step by step as training amplifies it
+# (docs/measurements.md, "The loss tie"); another seed, config or model is far outside it from step 0.
+LOSS_STEPS, LOSS_RTOL = 10, 1e-5
 
 
 def parse_flags(argv=None):
@@ -37,8 +42,12 @@ def parse_flags(argv=None):
                          f"others' compared within a factor {BAND}", flag_values=parser)
     flags.DEFINE_list("allow", [], "toolkit files (glob patterns) the student may have changed", flag_values=parser)
     flags.DEFINE_string("out", "grade", "where the submission received and the rerun go", flag_values=parser)
+    flags.DEFINE_boolean("trust", False, "run the student's code without a sandbox, with your rights (where none "
+                         "can start: make grade TRUST=1)", flag_values=parser)
     args = flags.parse(parser, argv)
     manifest.head()  # the toolkit the submission is graded with
+    if not args.trust:
+        sandbox.check()
     return args
 
 
@@ -61,9 +70,10 @@ def in_tree(got, path):
 
 
 def code_problems(got, record, allow):
-    """What in the code differs: for the TA, the student's files against this checkout's (each allowed one
-    listed, not counted); for the self-check, this tree against the commit the manifest records. The model file
-    against its digest either way."""
+    """What in the code differs: for the TA, the student's files against this checkout's and every release of
+    the course's (an allowed one, one of an earlier release, one that cannot change results: listed, not counted);
+    for the self-check, this tree against the commit the manifest records. The model file against its digest
+    either way."""
     model_file, found = record["model"]["file"], []
     if manifest.digest(in_tree(got, model_file)) != record["model"]["sha256"]:
         found.append(f"model file {model_file}: not the one the submission was made from (its SHA-256 differs)")
@@ -74,26 +84,33 @@ def code_problems(got, record, allow):
             return found + [f"commit {commit[:12]}, which the submission was made from, is not in this repository"]
         now = manifest.changed_files(commit, manifest.in_repository(got.submission))
         then = record["changed"]
-        differing = [path for path in sorted(set(now) | set(then)) if path != model_file
+        differing = [path for path in sorted(set(now) | set(then)) if path != model_file and received.counted(path)
                      and now.get(path, "as committed") != then.get(path, "as committed")]
         return found + ([f"{len(differing)} file(s) differ from the code the submission was made from (commit "
                          f"{commit[:12]}; this tree: {manifest.head()[:12]}): {', '.join(differing[:5])}"
                          f"{' ...' if len(differing) > 5 else ''}"] if differing else [])
-    changed, older, missing, added = received.differences(
-        got.tree, [os.path.relpath(got.submission, got.tree), model_file], record["commit"])
-    allowed = [path for path in changed if any(fnmatch.fnmatch(path, pattern) for pattern in allow)]
+    found_in = received.differences(got.tree, [os.path.relpath(got.submission, got.tree), model_file])
+    allowed = [path for path in found_in.changed if any(fnmatch.fnmatch(path, pattern) for pattern in allow)]
     head = manifest.head()[:12]
     for path in allowed:
         print(f"grade: toolkit: {path} differs from this checkout's ({head}), allowed", flush=True)
-    if older:
-        print(f"grade: toolkit: {len(older)} file(s) as the course's {record['commit'][:12]} has them, which the "
-              f"submission was made from, not as this checkout's ({head}): {', '.join(older[:5])}"
-              f"{' ...' if len(older) > 5 else ''}", flush=True)
-    if missing or added:
-        print(f"grade: toolkit: the student's tree lacks {len(missing)} of this checkout's files and adds "
-              f"{len(added)} ({', '.join(added[:5])}{' ...' if len(added) > 5 else ''}): neither is used", flush=True)
-    return found + [f"toolkit file {path} differs from this checkout's ({head})" for path in changed
-                    if path not in allowed]
+    for date in sorted(set(found_in.released.values())):
+        paths = [path for path, made in found_in.released.items() if made == date]
+        print(f"grade: toolkit: {len(paths)} file(s) from the course's release of {date}, not this checkout's "
+              f"({head}): {shown(paths)}", flush=True)
+    if found_in.uncounted:
+        print(f"grade: toolkit: {len(found_in.uncounted)} file(s) edited that cannot change results: "
+              f"{shown(found_in.uncounted)}", flush=True)
+    if found_in.missing or found_in.added:
+        print(f"grade: toolkit: the student's tree lacks {len(found_in.missing)} of this checkout's files and adds "
+              f"{len(found_in.added)} ({shown(found_in.added)}): neither is used", flush=True)
+    return found + [f"toolkit file {path} differs from this checkout's ({head}) and from every release of the "
+                    f"course's" for path in found_in.changed if path not in allowed]
+
+
+def shown(paths, most=5):
+    """The first few of `paths`, and an ellipsis when there are more."""
+    return ", ".join(paths[:most]) + (" ..." if len(paths) > most else "")
 
 
 def data_path(got, settings):
@@ -115,32 +132,68 @@ def rerun_settings(got, record):
     return {**s, "model": model, "data": data_path(got, s), "hosts": []}
 
 
-def rerun(what, argv):
+def rerun(what, argv, box=None):
+    """Run `argv` (in sandbox `box` when given) and return its exit status."""
     print(f"grade: {what}: {' '.join(argv)}", flush=True)
+    if box:
+        status = box.run(argv).returncode
+        if status == sandbox.TIMED_OUT:
+            print(f"grade: {what}: stopped at the sandbox's time limit ({box.seconds} s)", flush=True)
+        return status
     return subprocess.run(argv, env={**os.environ, "PYTHONPATH": REPO}).returncode
 
 
-def verify_problems(settings, model_sha256, submitted, reruns):
-    """verify rerun here (once for every submission of the same model and settings, under `reruns`); each pair
-    either side has whose verdict the other does not share, a line each."""
+def verify_problems(settings, model_sha256, submitted, submitted_dir, reruns, tree, trust=False):
+    """verify rerun here (once for every submission of the same model and settings, under `reruns`), every process
+    that runs the student's code in a sandbox unless `trust`, the student's `tree` readable: a line for the
+    reference's losses unless they are the submission's (loss_problems), and for each pair either side has whose
+    verdict the other does not share."""
     same = {**settings, "model": model_sha256}  # one file, wherever each student's tree holds it
     key = hashlib.sha256(json.dumps(same, sort_keys=True).encode()).hexdigest()[:16]
     results_dir = os.path.join(reruns, key, "results")
     path = os.path.join(results_dir, results.VERIFY)
     if not os.path.exists(path):
         argv = submit.verify_command(settings, results_dir, os.path.join(reruns, key, "checkpoints"))
+        argv += [] if trust else ["--sandbox", f"--sandbox_readable={os.path.abspath(tree)}"]
         if rerun("verify", argv) not in (0, 1) or not os.path.exists(path):
             return ["verify could not run here (above, why)"]
     else:
         print(f"grade: verify: the rerun of these settings and model, {results_dir}", flush=True)
     again = {(p["a"], p["b"]): p["verdict"] for p in results.read_json(path, "verify")["pairs"]}
     given = {(p["a"], p["b"]): p["verdict"] for p in submitted["pairs"]}
-    found = [f"verify: {a} vs {b}: the submission says {given.get((a, b), 'nothing')!r}, the rerun "
-             f"{again.get((a, b), 'nothing')!r}" for a, b in sorted(set(again) | set(given))
-             if given.get((a, b)) != again.get((a, b))]
-    print(f"grade: verify: {len(again) - len(found)} of {len(again)} pairs of the rerun as the submission has them",
-          flush=True)
-    return found
+    differing = [f"verify: {a} vs {b}: the submission says {given.get((a, b), 'nothing')!r}, the rerun "
+                 f"{again.get((a, b), 'nothing')!r}" for a, b in sorted(set(again) | set(given))
+                 if given.get((a, b)) != again.get((a, b))]
+    print(f"grade: verify: {len(again) - len(differing)} of {len(again)} pairs of the rerun as the submission has "
+          f"them", flush=True)
+    return loss_problems(submitted_dir, results_dir) + differing
+
+
+def logged_losses(results_dir):
+    """{step: loss} of the steps verify's reference run logged in `results_dir` ({} when it logged none)."""
+    path = results.steps_path(results_dir, "verify-reference")
+    if not os.path.exists(path):
+        return {}
+    return {r["step"]: r["loss"] for _, r in results.read_lines(path, "step") if "loss" in r}
+
+
+def loss_problems(submitted_dir, rerun_dir):
+    """The rerun's reference against the submission's, step by step: each loss the submission logged in its first
+    LOSS_STEPS steps must be the rerun's within LOSS_RTOL, which ties its results to the model and settings it
+    names; a line when not."""
+    given, again = logged_losses(submitted_dir), logged_losses(rerun_dir)
+    judged = {step: loss for step, loss in given.items() if step < LOSS_STEPS}
+    if not judged:
+        return [f"verify: the submission's reference run logged no loss in its first {LOSS_STEPS} steps"]
+    far = [step for step, loss in sorted(judged.items())
+           if step not in again or not abs(loss - again[step]) <= LOSS_RTOL * abs(again[step])]
+    if far:
+        step = far[0]
+        return [f"verify: the reference's loss is not the rerun's (within {LOSS_RTOL:g}) at {len(far)} of its first "
+                f"{len(judged)} steps; step {step}: {given[step]!r} submitted, {again.get(step, 'not logged')!r} here"]
+    print(f"grade: verify: the reference's loss at its first {len(judged)} steps as the submission's (within "
+          f"{LOSS_RTOL:g})", flush=True)
+    return []
 
 
 def relative_throughputs(records, workers):
@@ -167,15 +220,18 @@ def compare_throughputs(submitted, again, workers):
                    if not 1 / BAND <= after[runner] / share <= BAND]
 
 
-def bench_problems(settings, submitted_dir, out):
-    """A short bench here of tf, horovod and parallax, compared with the submission's (compare_throughputs)."""
+def bench_problems(settings, submitted_dir, out, tree, trust=False):
+    """A short bench here of tf, horovod and parallax (in a sandbox unless `trust`), compared with the
+    submission's (compare_throughputs)."""
     submitted = rubric.bench_records(submitted_dir)
     if relative_throughputs(submitted, settings["workers"]) is None:
         return compare_throughputs(submitted, [], settings["workers"])[1]
-    results_dir = os.path.join(out, "bench", "results")
-    argv = submit.bench_command(settings, results_dir, os.path.join(out, "bench", "checkpoints"), GRADE_BENCH_STEPS,
+    bench = os.path.abspath(os.path.join(out, "bench"))
+    results_dir = os.path.join(bench, "results")
+    argv = submit.bench_command(settings, results_dir, os.path.join(bench, "checkpoints"), GRADE_BENCH_STEPS,
                                 GRADE_WARMUP_STEPS, rubric.ARCHITECTURES)
-    if rerun("bench", argv):
+    box = None if trust else sandbox.Sandbox([REPO, os.path.abspath(tree)], [bench], setenv={"PYTHONPATH": REPO})
+    if rerun("bench", argv, box):
         return ["the bench could not run here (above, why)"]
     lines, found = compare_throughputs(submitted, rubric.bench_records(results_dir), settings["workers"])
     for line in lines:
@@ -194,8 +250,20 @@ def student_of(got, record):
     return f"{name} (made by {made_by}, committed by {author})" if author and made_by and author != made_by else name
 
 
-def grade(source, out, allow=(), bench=False, reruns=None):
-    """Grade one submission; return what the gradebook records of it (findings: [(what, line)])."""
+def not_rebenched(settings, trust):
+    """Why the submission's bench cannot be rerun here, or None: its machines are not this one's kind, or its
+    emulated links need root and no sandbox (namespaces made by the bench itself)."""
+    if settings["hosts"]:
+        return f"its bench ran on the student's hosts ({', '.join(settings['hosts'])})"
+    if settings["net"] != "loopback" and not (trust and os.geteuid() == 0):
+        return (f"its bench ran on emulated links of {settings['net']}, which need root and no sandbox (as root, "
+                f"TRUST=1 reruns it)")
+    return None
+
+
+def grade(source, out, allow=(), bench=False, reruns=None, trust=False):
+    """Grade one submission; return what the gradebook records of it (findings: [(what, line)]); every run of the
+    student's code in a sandbox unless `trust`."""
     got = received.receive(source, os.path.join(out, "received"))
     record = read_manifest(got)
     s = record["settings"]
@@ -204,12 +272,9 @@ def grade(source, out, allow=(), bench=False, reruns=None):
     student_path = os.path.join(got.submission, record["student"]["file"])
     print(f"grade: {source}: {s['model']} ({s['config']}), W = {s['workers']}, by {student}, made {record['made']} "
           f"at commit {record['commit'][:12]}{' with changes' if record['dirty'] else ''}", flush=True)
-    if bench and s["hosts"]:
-        raise harness.UsageError(f"--bench: the submission's bench ran on its hosts ({', '.join(s['hosts'])}): "
-                                 f"grade without BENCH=1")
-    if bench and s["net"] != "loopback" and os.geteuid() != 0:  # not comparable on loopback
-        raise harness.UsageError(f"--bench: the submission's bench emulated links of {s['net']}, which needs "
-                                 f"root here: grade without BENCH=1, or as root")
+    unbenched = not_rebenched(s, trust) if bench else None
+    if unbenched:
+        print(f"grade: bench: not rerun: {unbenched}", flush=True)
     code = code_problems(got, record, allow)
     for line in code or ["the model file as made, " + ("this tree the submission's" if got.own else
                                                        "the toolkit this checkout's")]:
@@ -217,10 +282,13 @@ def grade(source, out, allow=(), bench=False, reruns=None):
     found = [("code", line) for line in code] + own_findings(got, record, results_dir)
     try:
         submitted = results.read_json(os.path.join(results_dir, results.VERIFY), "verify")
-        medians = sorted(r["throughput"]["median"] for r in rubric.bench_records(results_dir) if "skipped" not in r)
+        benched = [r for r in rubric.bench_records(results_dir) if "skipped" not in r]
+        medians = sorted(r["throughput"]["median"] for r in benched)
+        throughput = {r["runner"]: r["throughput"]["median"] for r in benched
+                      if r["runner"] in rubric.ARCHITECTURES and r["workers"] == s["workers"]}
         items = rubric.check(results_dir, open(student_path).read() if os.path.exists(student_path) else None)
     except (ResultsError, KeyError, TypeError):  # checks.submission named it
-        submitted, medians, items = None, [], []
+        submitted, medians, throughput, items = None, [], {}, []
     if code and got.own:  # a rerun of other code says nothing about the submission
         print("grade: code: this tree is not the code the submission was made from; nothing rerun", flush=True)
     elif any(line.startswith("model file") for line in code):
@@ -229,16 +297,19 @@ def grade(source, out, allow=(), bench=False, reruns=None):
         print("grade: its results are partial or unreadable; nothing rerun", flush=True)
     else:
         settings = rerun_settings(got, record)
-        found += [("rerun", line) for line in
-                  verify_problems(settings, record["model"]["sha256"], submitted, reruns or os.path.join(out, "rerun"))]
-        if bench:
-            found += [("rerun", line) for line in bench_problems(settings, results_dir, out)]
+        found += [("rerun", line) for line in verify_problems(settings, record["model"]["sha256"], submitted,
+                                                            results_dir, reruns or os.path.join(out, "rerun"),
+                                                            got.tree, trust)]
+        if bench and not unbenched:
+            found += [("rerun", line) for line in bench_problems(settings, results_dir, out, got.tree, trust)]
     return {"submission": source, "student": student, "model": s["model"], "config": s["config"],
+            "workers": s["workers"], "throughput": throughput,
             "model_sha256": record["model"]["sha256"],
             "model_in_toolkit": record["model"]["file"] in received.toolkit(),
             "verdict": "NOT REPRODUCED" if found else "REPRODUCED", "findings": found,
             "rubric": [{"item": item.name, "met": item.met, "found": item.found} for item in items],
-            "results": manifest.files_under(got.submission, "results"), "medians": medians, "hosts": record["hosts"]}
+            "results": manifest.files_under(got.submission, "results"), "medians": medians, "hosts": record["hosts"],
+            "sandbox": not trust, **({"not_rebenched": unbenched} if unbenched else {})}
 
 
 def own_findings(got, record, results_dir):
@@ -262,7 +333,7 @@ def own_findings(got, record, results_dir):
 def main():
     args = parse_flags(sys.argv[1:])
     shutil.rmtree(os.path.join(args.out, "rerun"), ignore_errors=True)  # an earlier grade's must not stand for this
-    graded = grade(args.submission, args.out, args.allow, args.bench)
+    graded = grade(args.submission, args.out, args.allow, args.bench, trust=args.trust)
     print("grade: the assignment's items, from the submission's results and student.md:")
     for item in graded["rubric"]:
         print(f"  {'yes' if item['met'] else 'MISSING':8s} {item['item']}: {item['found']}")

@@ -16,7 +16,8 @@ import sys
 import harness
 from harness import flags, results
 from bench import costs
-from assignment import grade, manifest
+from assignment import grade, manifest, rubric
+from launcher import sandbox
 
 # The machine's records, the same for every student of one lab machine: its hosts, its costs, and Parallax's
 # published configurations priced with them.
@@ -30,7 +31,11 @@ def parse_flags(argv=None):
     flags.DEFINE_boolean("bench", False, "a short bench of each too (make grade BENCH=1)", flag_values=parser)
     flags.DEFINE_list("allow", [], "toolkit files (glob patterns) students may have changed", flag_values=parser)
     flags.DEFINE_string("out", "grade", "where each grade and the gradebook go", flag_values=parser)
+    flags.DEFINE_boolean("trust", False, "run the students' code without a sandbox, with your rights (make grade-all "
+                         "TRUST=1)", flag_values=parser)
     args = flags.parse(parser, argv)
+    if not args.trust:
+        sandbox.check()
     if not args.submissions or not os.path.isdir(args.submissions):
         raise harness.UsageError(f"--submissions={args.submissions or ''}: not a folder of submissions")
     args.entries = sorted(name for name in os.listdir(args.submissions) if not name.startswith("."))
@@ -65,25 +70,44 @@ def copies(graded):
     return found
 
 
+def hosts_of(g):
+    """The hosts a graded submission was made on, by name."""
+    return ", ".join(host["host"] for host in g.get("hosts", []))
+
+
+def throughputs_of(g):
+    """Each architecture's median throughput in the submission's bench at its W, and each over tf's."""
+    measured = g.get("throughput") or {}
+    return ", ".join(f"{runner} {median:,.0f}" + (f" ({median / measured['tf']:.2f}x tf)"
+                                                   if runner != "tf" and measured.get("tf") else "")
+                     for runner, median in sorted(measured.items(),
+                                                  key=lambda item: rubric.ARCHITECTURES.index(item[0]))) or "-"
+
+
 def write(out, graded, flagged):
     """gradebook.csv and gradebook.md from each submission's grade (`graded`: {name: grade or its error})."""
     items = next((g["rubric"] for g in graded.values() if "rubric" in g), [])
     names = [item["item"] for item in items]
     with open(os.path.join(out, "gradebook.csv"), "w", newline="") as f:
         table = csv.writer(f)
-        table.writerow(["submission", "student", "model", "verdict", *names, "not reproduced", "copies"])
+        table.writerow(["submission", "student", "model", "workers", "hosts", "throughput", "verdict", *names,
+                        "not reproduced", "copies"])
         for name, g in graded.items():
             met = {item["item"]: "yes" if item["met"] else "MISSING" for item in g.get("rubric", [])}
-            table.writerow([name, g.get("student", ""), g.get("model", ""), g["verdict"],
+            table.writerow([name, g.get("student", ""), g.get("model", ""), g.get("workers", ""), hosts_of(g),
+                            throughputs_of(g), g["verdict"],
                             *[met.get(item, "") for item in names],
                             " | ".join(f"{what}: {line}" for what, line in g.get("findings", [])),
                             " | ".join(flagged[name])])
-    lines = ["# Gradebook", "", "| submission | student | model | verdict | rubric | copies |",
-             "|---|---|---|---|---|---|"]
+    lines = ["# Gradebook", "", "| submission | student | model | W | hosts | throughput | verdict | rubric | copies |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, g in graded.items():
         met = sum(item["met"] for item in g.get("rubric", []))
-        lines.append(f"| {name} | {g.get('student', '')} | {g.get('model', '')} | {g['verdict']} | "
+        lines.append(f"| {name} | {g.get('student', '')} | {g.get('model', '')} | {g.get('workers', '')} | "
+                     f"{hosts_of(g) or '-'} | {throughputs_of(g)} | {g['verdict']} | "
                      f"{met} of {len(g.get('rubric', []))} | {'; '.join(flagged[name]) or '-'} |")
+    unbenched = [f"- {name}: {g['not_rebenched']}" for name, g in graded.items() if "not_rebenched" in g]
+    lines += ["", "## Benches not rerun", "", *unbenched] if unbenched else []
     lines += ["", "## What did not reproduce", ""]
     for name, g in graded.items():
         lines += [f"- {name}: {what}: {line}" for what, line in g.get("findings", [])[:5]]
@@ -103,7 +127,7 @@ def main():
         print(f"gradebook: {name}", flush=True)
         try:
             graded[name] = grade.grade(os.path.join(args.submissions, name), os.path.join(args.out, name),
-                                       args.allow, args.bench, reruns)
+                                       args.allow, args.bench, reruns, args.trust)
         except harness.UsageError as error:  # one that cannot be graded is named, the others go on
             print(f"gradebook: {name}: {error}", flush=True)
             graded[name] = {"verdict": "NOT GRADED", "findings": [("submission", str(error))]}

@@ -2,6 +2,7 @@
 folder holding it, or, for the student's own self-check, a submission directory in this checkout; and the
 student's files against this checkout's, the course's toolkit."""
 import dataclasses
+import fnmatch
 import hashlib
 import os
 import shutil
@@ -112,16 +113,46 @@ def student_files(tree):
     return {path: name for path, name in found.items() if path not in set(ignored)}
 
 
-def differences(tree, leave_out, released="HEAD"):
-    """(changed, older, missing, added): the paths of the student's files that differ from this checkout's
-    commit, of those the ones as this checkout's `released` commit has them (the course's older release the
-    student cloned), the paths the student's tree lacks, and those the toolkit does not have; `leave_out` aside."""
-    ours, theirs, then = toolkit(), student_files(tree), toolkit(released)
+# Files that cannot change what a run computes: a student's edits of them are listed, never failed.
+UNCOUNTED = ("*.md", "docs/*", "tests/*", ".ci/*", ".gitignore", "LICENSE*", "*.pdf", "*.png")
+
+
+def counted(path):
+    """Whether the student's version of a toolkit file can change results (code, Makefile, requirements, scripts)."""
+    return not any(fnmatch.fnmatch(path, pattern) for pattern in UNCOUNTED)
+
+
+def course_versions(path):
+    """{git object name: the date of the newest commit that made it} of every version of `path` in this checkout's
+    history: the course's releases of the file."""
+    versions, date = {}, None
+    for line in manifest.git("log", "--format=%x01%cs", "--raw", "--no-abbrev", "--", path).splitlines():
+        if line.startswith("\x01"):
+            date = line[1:]
+        elif line.startswith(":"):
+            versions.setdefault(line.split()[3], date)  # newest first
+    return versions
+
+
+@dataclasses.dataclass
+class Differences:
+    changed: list     # counted files the course never had in these versions: the grade fails on them
+    released: dict    # {path: date} of files as an earlier release of the course's has them
+    uncounted: list   # files the student edited that cannot change results (README.md, docs/)
+    missing: list     # the toolkit's files the student's tree lacks
+    added: list       # the student's files the toolkit does not have
+
+
+def differences(tree, leave_out):
+    """The student's files against this checkout's and its history, `leave_out` (paths or folders) aside."""
+    ours, theirs = toolkit(), student_files(tree)
 
     def kept(paths):
         return sorted(path for path in paths if not any(path == out or path.startswith(out.rstrip("/") + "/")
                                                         for out in leave_out))
-    changed = kept(path for path in theirs if path in ours and theirs[path] != ours[path])
-    return ([path for path in changed if then.get(path) != theirs[path]],
-            [path for path in changed if then.get(path) == theirs[path]],
-            kept(path for path in ours if path not in theirs), kept(path for path in theirs if path not in ours))
+    differing = kept(path for path in theirs if path in ours and theirs[path] != ours[path])
+    released = {path: course_versions(path).get(theirs[path]) for path in differing}
+    released = {path: date for path, date in released.items() if date}
+    return Differences([path for path in differing if path not in released and counted(path)], released,
+                       [path for path in differing if path not in released and not counted(path)],
+                       kept(path for path in ours if path not in theirs), kept(path for path in theirs if path not in ours))

@@ -2,6 +2,7 @@
 repository graded with the course's code; a tampered one named file by file, its toolkit and its results; a class
 graded at once, copies flagged. The student's side: tests/test_submission.py."""
 import csv
+import hashlib
 import json
 import shutil
 import subprocess
@@ -16,19 +17,36 @@ from assignment import grade, received
 ALWAYS_PASSES = ("    if graded[\"findings\"]:", "    if False:  # always passes")
 
 
+COURSE_FIX = "harness/__init__.py"  # a file the course changed after the students cloned it
+
+
 @pytest.fixture(scope="module")
 def ta(tmp_path_factory):
-    """The TA's checkout: a clone of the course's repository."""
-    return clone(REPO, tmp_path_factory.mktemp("ta") / "checkout", "TA")
+    """The TA's checkout: a clone of the course's repository, which moved on by a commit after the students'."""
+    checkout = clone(REPO, tmp_path_factory.mktemp("ta") / "checkout", "TA")
+    with open(checkout / COURSE_FIX, "a") as f:
+        f.write("# The course's fix, after the students cloned it.\n")
+    commit(checkout, COURSE_FIX, message="A fix after the students cloned")
+    return checkout
 
 
-def test_the_ta_s_checkout_reproduces_a_student_s_repository(submitted, ta):
-    result = make("grade", f"SUBMISSION={submitted[0]}", cwd=ta)
+def test_the_ta_s_checkout_reproduces_a_student_s_repository(submitted, ta, tmp_path):
+    """Ann cloned the course before its last commit, and edited the README (as the assignment asks) in a commit of
+    her own: honest work, graded REPRODUCED, the older release and the README listed."""
+    ann = clone(submitted[0], tmp_path / "ann", "Ann")
+    with open(ann / "README.md", "a") as f:
+        f.write("\nHow to run my scripts: make submission MODEL=lstm.\n")
+    commit(ann, "README.md", message="How to run my scripts")
+    result = make("grade", f"SUBMISSION={ann}", cwd=ta)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "by Ann Lee" in result.stdout
     assert "code: the model file as made, the toolkit this checkout's" in result.stdout
+    assert "toolkit: 1 file(s) from the course's release of " in result.stdout and COURSE_FIX in result.stdout
+    assert "toolkit: 1 file(s) edited that cannot change results: README.md" in result.stdout
     assert "grade: verify: 7 of 7 pairs of the rerun as the submission has them" in result.stdout
+    assert "grade: verify: the reference's loss at its first 8 steps as the submission's (within 1e-05)" in result.stdout
     assert "--results_dir=grade/rerun/" in result.stdout  # this checkout's verify, into the TA's grade/
+    assert " --sandbox --sandbox_readable=" in result.stdout  # the student's code only in sandboxes
     assert "grade: REPRODUCED" in result.stdout
     assert "  yes      a published model, its paper cited: section \"Model and paper\" answered" in result.stdout
     assert "  MISSING  at least 50 warm-up steps left out: the bench left out 2 steps" in result.stdout
@@ -37,7 +55,8 @@ def test_the_ta_s_checkout_reproduces_a_student_s_repository(submitted, ta):
 
 def tamper(repo):
     """What a student might do to pass: the grader edited to pass always, the pair that differs deleted from
-    verify.json, a throughput raised, another PDF, the settings' steps changed; all committed."""
+    verify.json, a throughput raised, another PDF, the settings' steps changed, the reference's first loss made up
+    with the manifest's digest rewritten to match; all committed."""
     path = repo / "assignment/grade.py"
     path.write_text(path.read_text().replace(*ALWAYS_PASSES))
     results = repo / "submission/results/lstm"
@@ -49,6 +68,11 @@ def tamper(repo):
     (results / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bench))
     shutil.copy(repo / "submission/results/lstm/bench-costs.json", repo / "submission/report/report.pdf")
     record = json.loads((repo / "submission/manifest.json").read_text())
+    reference = results / "verify-reference.jsonl"
+    steps = [json.loads(line) for line in reference.read_text().splitlines()]
+    steps[0]["loss"] *= 1.001
+    reference.write_text("".join(json.dumps(r) + "\n" for r in steps))
+    record["results"]["results/lstm/verify-reference.jsonl"] = hashlib.sha256(reference.read_bytes()).hexdigest()
     record["settings"]["verify_steps"] = 6
     (repo / "submission/manifest.json").write_text(json.dumps(record))
     commit(repo, "assignment/grade.py", "submission", message="Passes now")
@@ -74,7 +98,8 @@ def test_a_tampered_submission_is_named_file_by_file(tampered, ta):
                      "results: verify.json's steps is 8, the manifest's settings say 6",
                      "results: verify.json: tf-async ran but has no pair with the reference",
                      f"results: bench.jsonl: {raised}: throughput",
-                     "rerun: verify: reference vs tf-async: the submission says 'nothing'"):
+                     "rerun: verify: reference vs tf-async: the submission says 'nothing'",
+                     "rerun: verify: the reference's loss is not the rerun's (within 1e-05) at "):
         assert any(line.startswith(expected) for line in named), (expected, named)
     assert "grade: verify: " in result.stdout  # the rerun is this checkout's, whatever the student's grader says
 
@@ -82,13 +107,14 @@ def test_a_tampered_submission_is_named_file_by_file(tampered, ta):
 def test_an_allowed_toolkit_file_is_listed_not_counted(tampered, tmp_path):
     """The comparison alone: what ALLOW= lets through, and the archive of a repository graded as the repository."""
     repo, _ = tampered
-    changed, older, missing, added = received.differences(str(repo), ["submission", "models/lstm.py"])
-    assert changed == ["assignment/grade.py"] and older == missing == added == []
+    found = received.differences(str(repo), ["submission", "models/lstm.py"])
+    assert found.changed == ["assignment/grade.py"] and found.released == {}
+    assert found.uncounted == found.missing == found.added == []
     archive = tmp_path / "dan.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(repo, "dan", filter=lambda info: None if info.name.startswith(("dan/.git", "dan/.venv")) else info)
     got = received.receive(str(archive), str(tmp_path / "unpacked"))
-    assert received.differences(got.tree, ["submission"])[0] == ["assignment/grade.py"]
+    assert received.differences(got.tree, ["submission"]).changed == ["assignment/grade.py"]
     assert grade.code_problems(got, json.loads((repo / "submission/manifest.json").read_text()),
                                ["assignment/*.py"]) == []
     if subprocess.run(["git", "-C", REPO, "rev-parse", "-q", "--verify", "HEAD~5"], capture_output=True).returncode:
@@ -98,8 +124,8 @@ def test_an_allowed_toolkit_file_is_listed_not_counted(tampered, tmp_path):
                 if path != "assignment/grade.py")
     (Path(got.tree) / path).write_bytes(subprocess.run(["git", "-C", REPO, "show", f"{older}:{path}"],
                                                        capture_output=True, check=True).stdout)
-    changed, listed, _, _ = received.differences(got.tree, ["submission"], older)
-    assert changed == ["assignment/grade.py"] and listed == [path]
+    found = received.differences(got.tree, ["submission"])
+    assert found.changed == ["assignment/grade.py"] and list(found.released) == [path]
 
 
 def git(*args):
@@ -141,7 +167,8 @@ def test_a_class_is_graded_at_once_copies_and_tampering_flagged(tampered, ta, tm
     assert rows["ben"]["student"].startswith("Ben <ben@example.org> (made by Student <student@example.org>")
     assert rows["eve"]["correctness checked"] == "yes" and rows["eve"]["all three architectures run"] == "MISSING"
     page = (ta / "grade/gradebook.md").read_text()
-    assert "| eve | Eve <eve@example.org> (made by" in page and "| lstm | REPRODUCED |" in page
+    assert "| eve | Eve <eve@example.org> (made by" in page and "| lstm | 2 | " in page and "| REPRODUCED |" in page
+    assert rows["eve"]["workers"] == "2" and rows["eve"]["throughput"].startswith("horovod ")
     assert "- dan: code: toolkit file" in page
     assert result.stdout.count("grade: verify: /") == 3  # ben's and cat's settings and model rerun once
 
