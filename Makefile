@@ -202,13 +202,15 @@ submission-report: setup
 # where none can start, TRUST=1 runs it with your rights.
 grade: setup
 	$(PYTHON) -m assignment.grade --submission=$(SUBMISSION) $(if $(filter 1,$(BENCH)),--bench) \
-	    $(if $(ALLOW),--allow=$(ALLOW)) $(if $(filter 1,$(TRUST)),--trust) $(ARGS)
+	    $(if $(ALLOW),--allow=$(ALLOW)) $(if $(filter 1,$(TRUST)),--trust) \
+	    $(if $(POINTS),--points=$(POINTS)) $(ARGS)
 
 # A class at once (assignment/gradebook.py): every submission in SUBMISSIONS (a folder, repository or archive
 # each) graded, grade/gradebook.csv and grade/gradebook.md written, copies flagged.
 grade-all: setup
 	$(PYTHON) -m assignment.gradebook --submissions=$(SUBMISSIONS) $(if $(filter 1,$(BENCH)),--bench) \
-	    $(if $(ALLOW),--allow=$(ALLOW)) $(if $(filter 1,$(TRUST)),--trust) $(ARGS)
+	    $(if $(ALLOW),--allow=$(ALLOW)) $(if $(filter 1,$(TRUST)),--trust) \
+	    $(if $(POINTS),--points=$(POINTS)) $(ARGS)
 
 clean:
 	rm -rf checkpoints $(RESULTS) $(REPORT)

@@ -9,6 +9,7 @@ this checkout's commit, and one that differs fails the grade unless --allow name
 against itself (assignment/checks.py), verify is rerun here with this checkout's code and every pair compared,
 and the rubric printed item by item. Exit 0 when everything reproduces, 1 naming what does not, 2 when the
 submission cannot be graded."""
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -21,7 +22,7 @@ import sys
 import harness
 from harness import REPO, flags, results
 from harness.results import ResultsError
-from assignment import checks, manifest, received, rubric, submit
+from assignment import checks, manifest, points, received, rubric, submit
 from launcher import sandbox
 
 # Another machine moves each architecture's throughput relative to the others' (cores, memory, network); beyond
@@ -44,7 +45,10 @@ def parse_flags(argv=None):
     flags.DEFINE_string("out", "grade", "where the submission received and the rerun go", flag_values=parser)
     flags.DEFINE_boolean("trust", False, "run the student's code without a sandbox, with your rights (where none "
                          "can start: make grade TRUST=1)", flag_values=parser)
+    flags.DEFINE_string("points", points.DEFAULT, "the rubric's points: each section's items and their points "
+                        "(make grade POINTS=)", flag_values=parser)
     args = flags.parse(parser, argv)
+    args.points = points.read(args.points, rubric.names())
     manifest.head()  # the toolkit the submission is graded with
     if not args.trust:
         sandbox.check()
@@ -261,9 +265,9 @@ def not_rebenched(settings, trust):
     return None
 
 
-def grade(source, out, allow=(), bench=False, reruns=None, trust=False):
-    """Grade one submission; return what the gradebook records of it (findings: [(what, line)]); every run of the
-    student's code in a sandbox unless `trust`."""
+def grade(source, out, allow=(), bench=False, reruns=None, trust=False, table=None):
+    """Grade one submission; return what the gradebook records of it (findings: [(what, line)]; its points by
+    `table`, points.read's, default the course's); every run of the student's code in a sandbox unless `trust`."""
     got = received.receive(source, os.path.join(out, "received"))
     record = read_manifest(got)
     s = record["settings"]
@@ -302,7 +306,10 @@ def grade(source, out, allow=(), bench=False, reruns=None, trust=False):
                                                             got.tree, trust)]
         if bench and not unbenched:
             found += [("rerun", line) for line in bench_problems(settings, results_dir, out, got.tree, trust)]
+    scored = points.score(table or points.read(points.DEFAULT, rubric.names()),
+                          {item.name: item.met for item in items}, bool(items) and not found)
     return {"submission": source, "student": student, "model": s["model"], "config": s["config"],
+            "points": [dataclasses.asdict(item) for item in scored], "points_line": points.line(scored),
             "workers": s["workers"], "throughput": throughput,
             "model_sha256": record["model"]["sha256"],
             "model_in_toolkit": record["model"]["file"] in received.toolkit(),
@@ -333,10 +340,17 @@ def own_findings(got, record, results_dir):
 def main():
     args = parse_flags(sys.argv[1:])
     shutil.rmtree(os.path.join(args.out, "rerun"), ignore_errors=True)  # an earlier grade's must not stand for this
-    graded = grade(args.submission, args.out, args.allow, args.bench, trust=args.trust)
-    print("grade: the assignment's items, from the submission's results and student.md:")
-    for item in graded["rubric"]:
-        print(f"  {'yes' if item['met'] else 'MISSING':8s} {item['item']}: {item['found']}")
+    graded = grade(args.submission, args.out, args.allow, args.bench, trust=args.trust, table=args.points)
+    print("grade: the assignment's items, from the submission's results and student.md (points earned of the item's; "
+          "TA: for you to decide):")
+    earned = {item["item"]: item for item in graded["points"]}
+    for item in graded["rubric"] + [{"item": points.REPRODUCED, "met": not graded["findings"],
+                                     "found": "the rerun agrees" if not graded["findings"] else "below, what not"}]:
+        scored = earned.get(item["item"])
+        shown = "" if not scored else f"{scored['points']:g} TA" if scored["earned"] is None else \
+            f"{scored['earned']:g}/{scored['points']:g}"
+        print(f"  {'yes' if item['met'] else 'MISSING':8s} {shown:9s} {item['item']}: {item['found']}")
+    print(f"grade: points: {graded['points_line']}")
     print("grade: the hosts it was made on: " + "; ".join(
         f"{h['host']} ({h['environment'].get('cpu_model')}, {h['environment'].get('cpu_cores')} cores, "
         f"{len(h['environment'].get('gpus') or [])} GPUs, {len(h['runs'])} runs)" for h in graded["hosts"]))

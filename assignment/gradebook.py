@@ -16,7 +16,7 @@ import sys
 import harness
 from harness import flags, results
 from bench import costs
-from assignment import grade, manifest, rubric
+from assignment import grade, manifest, points, rubric
 from launcher import sandbox
 
 # The machine's records, the same for every student of one lab machine: its hosts, its costs, and Parallax's
@@ -33,7 +33,9 @@ def parse_flags(argv=None):
     flags.DEFINE_string("out", "grade", "where each grade and the gradebook go", flag_values=parser)
     flags.DEFINE_boolean("trust", False, "run the students' code without a sandbox, with your rights (make grade-all "
                          "TRUST=1)", flag_values=parser)
+    flags.DEFINE_string("points", points.DEFAULT, "the rubric's points (make grade-all POINTS=)", flag_values=parser)
     args = flags.parse(parser, argv)
+    args.points = points.read(args.points, rubric.names())
     if not args.trust:
         sandbox.check()
     if not args.submissions or not os.path.isdir(args.submissions):
@@ -90,21 +92,23 @@ def write(out, graded, flagged):
     names = [item["item"] for item in items]
     with open(os.path.join(out, "gradebook.csv"), "w", newline="") as f:
         table = csv.writer(f)
-        table.writerow(["submission", "student", "model", "workers", "hosts", "throughput", "verdict", *names,
-                        "not reproduced", "copies"])
+        table.writerow(["submission", "student", "model", "workers", "hosts", "throughput", "verdict", "points",
+                        "for the TA", *names, "not reproduced", "copies"])
         for name, g in graded.items():
             met = {item["item"]: "yes" if item["met"] else "MISSING" for item in g.get("rubric", [])}
+            earned, pending, _ = points.totals([points.Scored(**item) for item in g.get("points", [])])
             table.writerow([name, g.get("student", ""), g.get("model", ""), g.get("workers", ""), hosts_of(g),
-                            throughputs_of(g), g["verdict"],
+                            throughputs_of(g), g["verdict"], f"{earned:g}" if "points" in g else "",
+                            f"{pending:g}" if "points" in g else "",
                             *[met.get(item, "") for item in names],
                             " | ".join(f"{what}: {line}" for what, line in g.get("findings", [])),
                             " | ".join(flagged[name])])
-    lines = ["# Gradebook", "", "| submission | student | model | W | hosts | throughput | verdict | rubric | copies |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["# Gradebook", "", "| submission | student | model | W | hosts | throughput | verdict | points | rubric | "
+             "copies |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, g in graded.items():
         met = sum(item["met"] for item in g.get("rubric", []))
         lines.append(f"| {name} | {g.get('student', '')} | {g.get('model', '')} | {g.get('workers', '')} | "
-                     f"{hosts_of(g) or '-'} | {throughputs_of(g)} | {g['verdict']} | "
+                     f"{hosts_of(g) or '-'} | {throughputs_of(g)} | {g['verdict']} | {g.get('points_line', '-')} | "
                      f"{met} of {len(g.get('rubric', []))} | {'; '.join(flagged[name]) or '-'} |")
     unbenched = [f"- {name}: {g['not_rebenched']}" for name, g in graded.items() if "not_rebenched" in g]
     lines += ["", "## Benches not rerun", "", *unbenched] if unbenched else []
@@ -127,7 +131,7 @@ def main():
         print(f"gradebook: {name}", flush=True)
         try:
             graded[name] = grade.grade(os.path.join(args.submissions, name), os.path.join(args.out, name),
-                                       args.allow, args.bench, reruns, args.trust)
+                                       args.allow, args.bench, reruns, args.trust, args.points)
         except harness.UsageError as error:  # one that cannot be graded is named, the others go on
             print(f"gradebook: {name}: {error}", flush=True)
             graded[name] = {"verdict": "NOT GRADED", "findings": [("submission", str(error))]}

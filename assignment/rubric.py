@@ -43,6 +43,11 @@ def differing(verify):
     return [p for p in (verify or {}).get("pairs", []) if p["a"] == "reference" and p["verdict"] != "identical"]
 
 
+def names():
+    """The rubric's items by name, in order."""
+    return [item.name for item in check(os.devnull, None)]
+
+
 def check(results_dir, student_text):
     """Every item of the rubric for the results in `results_dir` and the student's file's text (None: no file)."""
     verify, bench, hosts = read(results_dir)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, clone, commit, make
-from assignment import grade, received
+from assignment import grade, points, received, rubric
+from harness import UsageError
 
 ALWAYS_PASSES = ("    if graded[\"findings\"]:", "    if False:  # always passes")
 
@@ -45,6 +46,9 @@ def test_the_ta_s_checkout_reproduces_a_student_s_repository(submitted, ta, tmp_
     assert "toolkit: 1 file(s) edited that cannot change results: README.md" in result.stdout
     assert "grade: verify: 7 of 7 pairs of the rerun as the submission has them" in result.stdout
     assert "grade: verify: the reference's loss at its first 8 steps as the submission's (within 1e-05)" in result.stdout
+    # tiny: fewer than 50 warm-up steps, tf-async not explained
+    assert "grade: points: 6.75 of 10, 1.75 more for the TA to decide" in result.stdout
+    assert "  yes      1/1       reproduced: the rerun agrees" in result.stdout
     assert "--results_dir=grade/rerun/" in result.stdout  # this checkout's verify, into the TA's grade/
     assert " --sandbox --sandbox_readable=" in result.stdout  # the student's code only in sandboxes
     assert "grade: REPRODUCED" in result.stdout
@@ -200,3 +204,20 @@ def test_the_grade_s_bench_compares_each_architecture_s_share_within_the_band():
     assert [line.split("'")[0] for line in found] == ["bench: tf", "bench: parallax"]
     _, found = grade.compare_throughputs(submitted, reordered[:2], 2)
     assert found == ["the rerun's bench has no throughput of each of tf, horovod, parallax at W = 2"]
+
+
+def test_the_course_s_points_add_up_to_the_assignment_s_and_a_bad_file_is_one_line(tmp_path):
+    table = points.read(points.DEFAULT, rubric.names())
+    assert [sum(p for _, p, _ in items) for _, items in table] == [0.5, 4.5, 2.5, 2.5]
+    everything = {item: True for _, items in table for item, _, _ in items}
+    assert points.line(points.score(table, everything, True)) == "7.25 of 10, 2.75 more for the TA to decide"
+    assert points.line(points.score(table, {**everything, "correctness checked": False}, False)) == \
+        "5.25 of 10, 2.75 more for the TA to decide"  # a missing written item earns nothing, TA or not
+    assert points.line(points.score(table, dict.fromkeys(everything, False), False)) == "0 of 10"
+    bad = tmp_path / "points.ini"
+    bad.write_text("[Performance]\nthroughput compared = 2.5\n")
+    with pytest.raises(UsageError, match=r"Performance: no rubric item 'throughput compared' \(the items: "):
+        points.read(str(bad), rubric.names())
+    bad.write_text("[Performance]\nenvironment recorded = a lot\n")
+    with pytest.raises(UsageError, match="cannot be read as points"):
+        points.read(str(bad), rubric.names())
