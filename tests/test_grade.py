@@ -52,9 +52,10 @@ def test_the_ta_s_checkout_reproduces_a_student_s_repository(submitted, ta, tmp_
     assert "--results_dir=grade/rerun/" in result.stdout  # this checkout's verify, into the TA's grade/
     assert " --sandbox --sandbox_readable=" in result.stdout  # the student's code only in sandboxes
     assert "grade: REPRODUCED" in result.stdout
-    assert "  yes      a published model, its paper cited: section \"Model and paper\" answered" in result.stdout
-    assert "  MISSING  at least 50 warm-up steps left out: the bench left out 2 steps" in result.stdout
-    assert "  MISSING  every difference explained: no explanation of reference vs tf-async" in result.stdout
+    assert "  yes      0.25 TA   a published model, its paper cited: section \"Model and paper\" answered" \
+        in result.stdout
+    assert "  MISSING  0/0.5     at least 50 warm-up steps left out: the bench left out 2 steps" in result.stdout
+    assert "  MISSING  0/1       every difference explained: no explanation of reference vs tf-async" in result.stdout
 
 
 def tamper(repo):
