@@ -206,11 +206,12 @@ grade: setup
 	    $(if $(POINTS),--points=$(POINTS)) $(ARGS)
 
 # A class at once (assignment/gradebook.py): every submission in SUBMISSIONS (a folder, repository or archive
-# each) graded, grade/gradebook.csv and grade/gradebook.md written, copies flagged.
+# each) graded, grade/gradebook.csv and grade/gradebook.md written, copies flagged. SLURM=1: each graded as a
+# task of one Slurm array job, across the cluster's nodes.
 grade-all: setup
 	$(PYTHON) -m assignment.gradebook --submissions=$(SUBMISSIONS) $(if $(filter 1,$(BENCH)),--bench) \
 	    $(if $(ALLOW),--allow=$(ALLOW)) $(if $(filter 1,$(TRUST)),--trust) \
-	    $(if $(POINTS),--points=$(POINTS)) $(ARGS)
+	    $(if $(POINTS),--points=$(POINTS)) $(if $(filter 1,$(SLURM)),--slurm) $(ARGS)
 
 clean:
 	rm -rf checkpoints $(RESULTS) $(REPORT)

@@ -10,6 +10,7 @@ against itself (assignment/checks.py), verify is rerun here with this checkout's
 and the rubric printed item by item. Exit 0 when everything reproduces, 1 naming what does not, 2 when the
 submission cannot be graded."""
 import dataclasses
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -47,6 +48,8 @@ def parse_flags(argv=None):
                          "can start: make grade TRUST=1)", flag_values=parser)
     flags.DEFINE_string("points", points.DEFAULT, "the rubric's points: each section's items and their points "
                         "(make grade POINTS=)", flag_values=parser)
+    flags.DEFINE_string("reruns", None, "where verify's reruns go, shared by the grades of a class (default: "
+                        "<out>/rerun, emptied first)", flag_values=parser)
     args = flags.parse(parser, argv)
     args.points = points.read(args.points, rubric.names())
     manifest.head()  # the toolkit the submission is graded with
@@ -156,13 +159,16 @@ def verify_problems(settings, model_sha256, submitted, submitted_dir, reruns, tr
     key = hashlib.sha256(json.dumps(same, sort_keys=True).encode()).hexdigest()[:16]
     results_dir = os.path.join(reruns, key, "results")
     path = os.path.join(results_dir, results.VERIFY)
-    if not os.path.exists(path):
-        argv = submit.verify_command(settings, results_dir, os.path.join(reruns, key, "checkpoints"))
-        argv += [] if trust else ["--sandbox", f"--sandbox_readable={os.path.abspath(tree)}"]
-        if rerun("verify", argv) not in (0, 1) or not os.path.exists(path):
-            return ["verify could not run here (above, why)"]
-    else:
-        print(f"grade: verify: the rerun of these settings and model, {results_dir}", flush=True)
+    os.makedirs(reruns, exist_ok=True)
+    with open(os.path.join(reruns, f"{key}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a class graded in parallel: one grade reruns, the others wait and read it
+        if not os.path.exists(path):
+            argv = submit.verify_command(settings, results_dir, os.path.join(reruns, key, "checkpoints"))
+            argv += [] if trust else ["--sandbox", f"--sandbox_readable={os.path.abspath(tree)}"]
+            if rerun("verify", argv) not in (0, 1) or not os.path.exists(path):
+                return ["verify could not run here (above, why)"]
+        else:
+            print(f"grade: verify: the rerun of these settings and model, {results_dir}", flush=True)
     again = {(p["a"], p["b"]): p["verdict"] for p in results.read_json(path, "verify")["pairs"]}
     given = {(p["a"], p["b"]): p["verdict"] for p in submitted["pairs"]}
     differing = [f"verify: {a} vs {b}: the submission says {given.get((a, b), 'nothing')!r}, the rerun "
@@ -339,8 +345,9 @@ def own_findings(got, record, results_dir):
 
 def main():
     args = parse_flags(sys.argv[1:])
-    shutil.rmtree(os.path.join(args.out, "rerun"), ignore_errors=True)  # an earlier grade's must not stand for this
-    graded = grade(args.submission, args.out, args.allow, args.bench, trust=args.trust, table=args.points)
+    if not args.reruns:
+        shutil.rmtree(os.path.join(args.out, "rerun"), ignore_errors=True)  # an earlier grade's must not stand
+    graded = grade(args.submission, args.out, args.allow, args.bench, args.reruns, args.trust, args.points)
     print("grade: the assignment's items, from the submission's results and student.md (points earned of the item's; "
           "TA: for you to decide):")
     earned = {item["item"]: item for item in graded["points"]}

@@ -10,11 +10,13 @@ or a throughput. Exit 0 when every submission reproduces and none is flagged, 1 
 import csv
 import itertools
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 
 import harness
-from harness import flags, results
+from harness import REPO, flags, results
 from bench import costs
 from assignment import grade, manifest, points, rubric
 from launcher import sandbox
@@ -34,8 +36,14 @@ def parse_flags(argv=None):
     flags.DEFINE_boolean("trust", False, "run the students' code without a sandbox, with your rights (make grade-all "
                          "TRUST=1)", flag_values=parser)
     flags.DEFINE_string("points", points.DEFAULT, "the rubric's points (make grade-all POINTS=)", flag_values=parser)
+    flags.DEFINE_boolean("slurm", False, "grade each submission as a task of one Slurm array job, across the "
+                         "cluster's nodes (make grade-all SLURM=1); --out and the submissions on a file system they "
+                         "share", flag_values=parser)
     args = flags.parse(parser, argv)
-    args.points = points.read(args.points, rubric.names())
+    args.table = points.read(args.points, rubric.names())
+    if args.slurm and not shutil.which("sbatch"):
+        raise harness.UsageError("--slurm: no sbatch here (Slurm's client): grade where the cluster's jobs are "
+                                 "submitted, or without SLURM=1")
     if not args.trust:
         sandbox.check()
     if not args.submissions or not os.path.isdir(args.submissions):
@@ -126,20 +134,65 @@ def main():
     args = parse_flags(sys.argv[1:])
     reruns = os.path.join(args.out, "reruns")
     shutil.rmtree(reruns, ignore_errors=True)  # an earlier grade-all's must not stand for this one
-    graded = {}
-    for name in args.entries:
-        print(f"gradebook: {name}", flush=True)
-        try:
-            graded[name] = grade.grade(os.path.join(args.submissions, name), os.path.join(args.out, name),
-                                       args.allow, args.bench, reruns, args.trust, args.points)
-        except harness.UsageError as error:  # one that cannot be graded is named, the others go on
-            print(f"gradebook: {name}: {error}", flush=True)
-            graded[name] = {"verdict": "NOT GRADED", "findings": [("submission", str(error))]}
+    graded = graded_on_slurm(args, reruns) if args.slurm else graded_here(args, reruns)
     flagged = copies({name: g for name, g in graded.items() if "results" in g})
     flagged = {name: flagged.get(name, []) for name in graded}
     print(write(args.out, graded, flagged))
     print(f"gradebook: {os.path.join(args.out, 'gradebook.csv')}, {os.path.join(args.out, 'gradebook.md')}")
     return 0 if all(g["verdict"] == "REPRODUCED" for g in graded.values()) and not any(flagged.values()) else 1
+
+
+def graded_here(args, reruns):
+    """{name: its grade}: each entry graded in turn on this machine."""
+    graded = {}
+    for name in args.entries:
+        print(f"gradebook: {name}", flush=True)
+        try:
+            graded[name] = grade.grade(os.path.join(args.submissions, name), os.path.join(args.out, name),
+                                       args.allow, args.bench, reruns, args.trust, args.table)
+        except harness.UsageError as error:  # one that cannot be graded is named, the others go on
+            print(f"gradebook: {name}: {error}", flush=True)
+            graded[name] = {"verdict": "NOT GRADED", "findings": [("submission", str(error))]}
+    return graded
+
+
+def graded_on_slurm(args, reruns):
+    """{name: its grade}: each entry graded by python -m assignment.grade as a task of one Slurm array job (one
+    node a task), verify's reruns shared; an entry whose task left no grade.json is NOT GRADED, its log's last
+    line saying why."""
+    logs = os.path.abspath(os.path.join(args.out, "slurm"))
+    os.makedirs(logs, exist_ok=True)
+    for name in args.entries:  # an earlier grade's must not stand for this one
+        shutil.rmtree(os.path.join(args.out, name), ignore_errors=True)
+    grade_flags = [f"--reruns={os.path.abspath(reruns)}", f"--points={os.path.abspath(args.points)}",
+                   *(["--bench"] if args.bench else []), *(["--trust"] if args.trust else []),
+                   *([f"--allow={','.join(args.allow)}"] if args.allow else [])]
+    script = os.path.join(logs, "grade.sh")
+    grade_command = [sys.executable, "-m", "assignment.grade", *grade_flags]
+    lines = ["#!/bin/bash", "# make grade-all SLURM=1: array task i grades entry i (assignment/gradebook.py)",
+             f"entries=({' '.join(shlex.quote(name) for name in args.entries)})",
+             "entry=${entries[$SLURM_ARRAY_TASK_ID]}",
+             'echo "gradebook: $entry, task $SLURM_ARRAY_TASK_ID on $(hostname)"',
+             f"exec {' '.join(map(shlex.quote, grade_command))} "
+             f"--submission={shlex.quote(os.path.abspath(args.submissions))}/\"$entry\" "
+             f"--out={shlex.quote(os.path.abspath(args.out))}/\"$entry\""]
+    with open(script, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    argv = ["sbatch", "--wait", f"--array=0-{len(args.entries) - 1}", "--nodes=1", "--exclusive",
+            f"--output={logs}/%a.out", f"--chdir={os.getcwd()}", f"--export=ALL,PYTHONPATH={REPO}", script]
+    print(f"gradebook: {len(args.entries)} grades as one array job: {' '.join(argv)}", flush=True)
+    subprocess.run(argv)  # its status is its tasks': 1 for any not reproduced; each grade.json says more
+    graded = {}
+    for index, name in enumerate(args.entries):
+        path = os.path.join(args.out, name, "grade.json")
+        if os.path.exists(path):
+            graded[name] = results.read_json(path)
+            continue
+        log = os.path.join(logs, f"{index}.out")
+        last = (open(log).read().strip().splitlines() or ["no output"])[-1] if os.path.exists(log) else "no log"
+        print(f"gradebook: {name}: not graded: {last}", flush=True)
+        graded[name] = {"verdict": "NOT GRADED", "findings": [("submission", last)]}
+    return graded
 
 
 if __name__ == "__main__":

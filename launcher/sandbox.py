@@ -21,10 +21,10 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/sys")
 # The environment passed in, by name or prefix; the TA's tokens and paths stay out.
 KEPT = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTHONPATH")
 KEPT_PREFIXES = ("TF_", "HOROVOD_", "LSTM_DIST_")
-# Run inside as the command's parent: after it ends, every process still running is named (then the sandbox's
-# end stops it). $$ is this shell, 1 bubblewrap's init.
-REAPER = ('"$@"; status=$?; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] || '
-          '{ [ -r "$d/cmdline" ] && echo "sandbox: left running, stopped: $(tr "\\0" " " < "$d/cmdline")" >&2; }; '
+# Run inside as the command's parent and the namespace's first process (bubblewrap --as-pid-1: no init of its own
+# left behind unreaped): after the command ends, every process still running is named; this shell's end stops them.
+REAPER = ('"$@"; status=$?; for d in /proc/[0-9]*; do [ "${d#/proc/}" = $$ ] && continue; '
+          'c=$(tr "\\0" " " < "$d/cmdline" 2>/dev/null); [ -n "$c" ] && echo "sandbox: left running, stopped: $c" >&2; '
           'done; exit $status')
 TIMED_OUT = 124  # as timeout(1) exits
 
@@ -33,7 +33,7 @@ def unavailable():
     """Why no sandbox can start here (no bubblewrap, or it fails to start one), or None."""
     if not shutil.which("bwrap"):
         return "bubblewrap is not installed (sudo apt-get install bubblewrap)"
-    tried = subprocess.run(Sandbox([], []).command(["true"], cwd="/"), capture_output=True, text=True)
+    tried = Sandbox([], [], seconds=60).run(["true"], cwd="/", capture_output=True, text=True)
     if tried.returncode:
         return f"bubblewrap cannot start a sandbox here: {(tried.stderr.strip().splitlines() or ['?'])[-1]}"
     return None
@@ -74,7 +74,7 @@ class Sandbox:
         cwd = cwd or (self.writable or self.readable or ["/"])[0]
         user = [] if os.geteuid() == 0 else ["--unshare-user"]
         return ["bwrap", *self.mounts(), *self.environment(), *user, "--unshare-net", "--unshare-pid",
-                "--unshare-ipc", "--unshare-uts", "--new-session", "--die-with-parent",
+                "--unshare-ipc", "--unshare-uts", "--as-pid-1", "--new-session", "--die-with-parent",
                 "--chdir", os.path.realpath(cwd), "sh", "-c", REAPER, "sh", *argv]
 
     def limit(self):
@@ -90,11 +90,12 @@ class Sandbox:
                                    stdout=pipe, stderr=pipe, text=text)
         try:
             out, err = process.communicate(timeout=self.seconds)
+            status = process.returncode
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # bubblewrap and its init: the namespace's processes die with it
+            os.killpg(process.pid, signal.SIGKILL)  # bubblewrap: the namespace's processes die with it
             out, err = process.communicate()
-            return subprocess.CompletedProcess(argv, TIMED_OUT, out, err)
-        return subprocess.CompletedProcess(argv, process.returncode, out, err)
+            status = TIMED_OUT
+        return subprocess.CompletedProcess(argv, status, out, err)
 
 
 def check():

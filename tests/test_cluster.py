@@ -2,6 +2,7 @@
 slurmd each; slurmctld on a head node), and every multi-node path across them, ending bit for bit as the
 reference: runs over ssh (HOSTS=node1:1,node2:1) and the sbatch templates (sbatch -N 2). One cluster for the
 module (the tests' only one: the machine has room for one); make cluster-down must leave nothing of it."""
+import csv
 import glob
 import json
 import os
@@ -14,9 +15,11 @@ import sys
 import time
 import uuid
 
+from pathlib import Path
+
 import pytest
 
-from conftest import (REPO, bit_identical, checkpoint_tensors, long_run, no_process_left, processes_with,
+from conftest import (REPO, bit_identical, checkpoint_tensors, clone, long_run, no_process_left, processes_with,
                       train_reference)
 import harness
 from assignment import manifest
@@ -671,3 +674,25 @@ def test_the_cluster_goes_without_a_trace():
     assert not os.path.realpath(cluster.SLURM_CONF).startswith(cluster.STATE)
     daemons = subprocess.run(["pgrep", "-f", cluster.STATE], capture_output=True, text=True).stdout
     assert daemons == ""
+
+
+def test_a_class_is_graded_as_one_array_job_across_the_nodes(nodes, shared_work, submitted):
+    """make grade-all SLURM=1: each submission graded by a task of one array job, on a node of its own, every
+    run of the student's code sandboxed there; the rerun their settings share made once (the other task waits
+    for it and reads it); the gradebook gathered when both end."""
+    work = Path(shared_work)
+    ta = clone(REPO, work / "ta", "TA")
+    for name in ("ann", "bob"):
+        clone(submitted[0], work / "class" / name, name.title())
+    result = subprocess.run(["make", "-s", "-o", ".venv/.setup-done", "grade-all", f"SUBMISSIONS={work / 'class'}",
+                             "SLURM=1"], cwd=ta, env=SLURM, capture_output=True, text=True, timeout=1200)
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert "gradebook: 2 grades as one array job: sbatch --wait --array=0-1" in result.stdout, output
+    with open(ta / "grade/gradebook.csv") as f:
+        rows = {row["submission"]: row for row in csv.DictReader(f)}
+    assert {name: row["verdict"] for name, row in rows.items()} == {"ann": "REPRODUCED", "bob": "REPRODUCED"}, output
+    assert "shares " in rows["ann"]["copies"]  # one submission under two names
+    logs = [(ta / f"grade/slurm/{task}.out").read_text() for task in (0, 1)]
+    assert sorted(re.search(r"on (node\d)", log)[1] for log in logs) == ["node1", "node2"], logs
+    assert sum("grade: verify: the rerun of these settings and model" in log for log in logs) == 1, logs
+    assert sum(" --sandbox --sandbox_readable=" in log for log in logs) == 1, logs
