@@ -92,7 +92,8 @@ def parse_flags(argv=None):
     if args.sandbox and (args.hosts or args.slurm or args.docker or args.net):
         raise harness.UsageError("--sandbox: every run on this machine (not with --hosts, --slurm, --docker or --net)")
     if args.sandbox:  # paths as the sandbox, which starts in a folder of its own, finds them
-        sandbox.check()
+        if not args.check_runs:  # (the check runs in one already)
+            sandbox.check()
         args.model = os.path.abspath(args.model) if args.model.endswith(".py") else args.model
         args.data_path, args.ckpt_dir, args.results_dir = (os.path.abspath(path) if path else path for path in (
             args.data_path, args.ckpt_dir, args.results_dir))

@@ -78,8 +78,10 @@ class Sandbox:
                 "--chdir", os.path.realpath(cwd), "sh", "-c", REAPER, "sh", *argv]
 
     def limit(self):
-        """In the child before bubblewrap starts: the address-space cap, inherited by every process inside."""
-        cap = self.memory_gib << 30
+        """In the child before bubblewrap starts: the address-space cap, inherited by every process inside (never
+        above the cap this process already has)."""
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = self.memory_gib << 30 if hard == resource.RLIM_INFINITY else min(self.memory_gib << 30, hard)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     def run(self, argv, cwd=None, capture_output=False, text=False):
