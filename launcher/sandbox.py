@@ -68,13 +68,15 @@ class Sandbox:
         return ["--clearenv", *[arg for name, value in sorted({**kept, "HOME": "/tmp", **self.setenv}.items())
                                 for arg in ("--setenv", name, value)]]
 
+    # Its host name is localhost: a name that resolves outside it (a cluster node's) is no address of its network,
+    # and Horovod's Gloo binds to the address of the host's name.
     def command(self, argv, cwd=None):
         """The command line that runs `argv` in this sandbox, in `cwd` (a mounted folder; default: the first
         writable one, else the first readable)."""
         cwd = cwd or (self.writable or self.readable or ["/"])[0]
         user = [] if os.geteuid() == 0 else ["--unshare-user"]
         return ["bwrap", *self.mounts(), *self.environment(), *user, "--unshare-net", "--unshare-pid",
-                "--unshare-ipc", "--unshare-uts", "--as-pid-1", "--new-session", "--die-with-parent",
+                "--unshare-ipc", "--unshare-uts", "--hostname", "localhost", "--as-pid-1", "--new-session", "--die-with-parent",
                 "--chdir", os.path.realpath(cwd), "sh", "-c", REAPER, "sh", *argv]
 
     def limit(self):
