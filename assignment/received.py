@@ -153,6 +153,8 @@ def differences(tree, leave_out):
     differing = kept(path for path in theirs if path in ours and theirs[path] != ours[path])
     released = {path: course_versions(path).get(theirs[path]) for path in differing}
     released = {path: date for path, date in released.items() if date}
-    return Differences([path for path in differing if path not in released and counted(path)], released,
-                       [path for path in differing if path not in released and not counted(path)],
-                       kept(path for path in ours if path not in theirs), kept(path for path in theirs if path not in ours))
+    unreleased = [path for path in differing if path not in released]
+    return Differences([path for path in unreleased if counted(path)], released,
+                       [path for path in unreleased if not counted(path)],
+                       kept(path for path in ours if path not in theirs),
+                       kept(path for path in theirs if path not in ours))

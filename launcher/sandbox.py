@@ -21,8 +21,12 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/sys")
 # The environment passed in, by name or prefix; the TA's tokens and paths stay out.
 KEPT = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "PYTHONPATH")
 KEPT_PREFIXES = ("TF_", "HOROVOD_", "LSTM_DIST_")
-# Run inside as the command's parent and the namespace's first process (bubblewrap --as-pid-1: no init of its own
-# left behind unreaped): after the command ends, every process still running is named; this shell's end stops them.
+# Namespaces of its own: a network with a loopback only; process IDs, its shell the first (--as-pid-1: no init of
+# bubblewrap's left unreaped), so that shell's end stops everything inside; IPC; and the host name localhost (a
+# cluster node's name resolves outside it, and Horovod's Gloo binds to the address of the host's name).
+ISOLATION = ("--unshare-net", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts", "--hostname",
+             "localhost", "--new-session", "--die-with-parent")
+# That shell, the command's parent: after the command ends, every process still running is named.
 REAPER = ('"$@"; status=$?; for d in /proc/[0-9]*; do [ "${d#/proc/}" = $$ ] && continue; '
           'c=$(tr "\\0" " " < "$d/cmdline" 2>/dev/null); [ -n "$c" ] && echo "sandbox: left running, stopped: $c" >&2; '
           'done; exit $status')
@@ -68,16 +72,13 @@ class Sandbox:
         return ["--clearenv", *[arg for name, value in sorted({**kept, "HOME": "/tmp", **self.setenv}.items())
                                 for arg in ("--setenv", name, value)]]
 
-    # Its host name is localhost: a name that resolves outside it (a cluster node's) is no address of its network,
-    # and Horovod's Gloo binds to the address of the host's name.
     def command(self, argv, cwd=None):
         """The command line that runs `argv` in this sandbox, in `cwd` (a mounted folder; default: the first
         writable one, else the first readable)."""
         cwd = cwd or (self.writable or self.readable or ["/"])[0]
         user = [] if os.geteuid() == 0 else ["--unshare-user"]
-        return ["bwrap", *self.mounts(), *self.environment(), *user, "--unshare-net", "--unshare-pid",
-                "--unshare-ipc", "--unshare-uts", "--hostname", "localhost", "--as-pid-1", "--new-session", "--die-with-parent",
-                "--chdir", os.path.realpath(cwd), "sh", "-c", REAPER, "sh", *argv]
+        return ["bwrap", *self.mounts(), *self.environment(), *user, *ISOLATION, "--chdir", os.path.realpath(cwd),
+                "sh", "-c", REAPER, "sh", *argv]
 
     def limit(self):
         """In the child before bubblewrap starts: the address-space cap, inherited by every process inside (never

@@ -661,21 +661,6 @@ def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_r
         shutil.rmtree(work, ignore_errors=True)
 
 
-def test_the_cluster_goes_without_a_trace():
-    """Run last in the module: a second cluster up and down again leaves no namespace, name, key or daemon."""
-    if os.geteuid() != 0:
-        pytest.skip("make cluster needs root")
-    assert cluster_module("up", "--nodes=1").returncode == 0
-    assert cluster_module("down").returncode == 0
-    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert cluster.PREFIX not in namespaces
-    assert cluster.BEGIN not in open(cluster.HOSTS_FILE).read()
-    assert not os.path.exists(cluster.SSH_CLIENT_CONFIG) and not os.path.exists(cluster.STATE)
-    assert not os.path.realpath(cluster.SLURM_CONF).startswith(cluster.STATE)
-    daemons = subprocess.run(["pgrep", "-f", cluster.STATE], capture_output=True, text=True).stdout
-    assert daemons == ""
-
-
 def test_a_class_is_graded_as_one_array_job_across_the_nodes(nodes, shared_work, submitted):
     """make grade-all SLURM=1: each submission graded by a task of one array job, on a node of its own, every
     run of the student's code sandboxed there; the rerun their settings share made once (the other task waits
@@ -696,3 +681,19 @@ def test_a_class_is_graded_as_one_array_job_across_the_nodes(nodes, shared_work,
     assert sorted(re.search(r"on (node\d)", log)[1] for log in logs) == ["node1", "node2"], logs
     assert sum("grade: verify: the rerun of these settings and model" in log for log in logs) == 1, logs
     assert sum(" --sandbox --sandbox_readable=" in log for log in logs) == 1, logs
+
+
+def test_the_cluster_goes_without_a_trace():
+    """Run last in the module: a second cluster up and down again leaves no namespace, name, key or daemon."""
+    if os.geteuid() != 0:
+        pytest.skip("make cluster needs root")
+    assert cluster_module("up", "--nodes=1").returncode == 0
+    assert cluster_module("down").returncode == 0
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert cluster.PREFIX not in namespaces
+    assert cluster.BEGIN not in open(cluster.HOSTS_FILE).read()
+    assert not os.path.exists(cluster.SSH_CLIENT_CONFIG) and not os.path.exists(cluster.STATE)
+    assert not os.path.realpath(cluster.SLURM_CONF).startswith(cluster.STATE)
+    daemons = subprocess.run(["pgrep", "-f", cluster.STATE], capture_output=True, text=True).stdout
+    assert daemons == ""
+

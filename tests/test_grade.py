@@ -45,7 +45,8 @@ def test_the_ta_s_checkout_reproduces_a_student_s_repository(submitted, ta, tmp_
     assert "toolkit: 1 file(s) from the course's release of " in result.stdout and COURSE_FIX in result.stdout
     assert "toolkit: 1 file(s) edited that cannot change results: README.md" in result.stdout
     assert "grade: verify: 7 of 7 pairs of the rerun as the submission has them" in result.stdout
-    assert "grade: verify: the reference's loss at its first 8 steps as the submission's (within 1e-05)" in result.stdout
+    assert "grade: verify: the reference's loss at its first 8 steps as the submission's (within 1e-05)" \
+        in result.stdout
     # tiny: fewer than 50 warm-up steps, tf-async not explained
     assert "grade: points: 6.75 of 10, 1.75 more for the TA to decide" in result.stdout
     assert "  yes      1/1       reproduced: the rerun agrees" in result.stdout
@@ -222,3 +223,18 @@ def test_the_course_s_points_add_up_to_the_assignment_s_and_a_bad_file_is_one_li
     bad.write_text("[Performance]\nenvironment recorded = a lot\n")
     with pytest.raises(UsageError, match="cannot be read as points"):
         points.read(str(bad), rubric.names())
+
+
+def test_edits_that_can_change_results_fail_and_the_others_are_listed(tmp_path):
+    """Negative controls beside honest edits: a runner, a harness file and the Makefile edited are changed (they
+    fail the grade); README.md and docs/ edited are listed only; a file as an earlier commit has it is released."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", REPO, "archive", "HEAD"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    for path in ("run_tf.py", "harness/data.py", "Makefile", "README.md", "docs/setup.md"):
+        with open(tree / path, "a") as f:
+            f.write("\n# the student's edit\n")
+    found = received.differences(str(tree), [])
+    assert found.changed == ["Makefile", "harness/data.py", "run_tf.py"]
+    assert found.uncounted == ["README.md", "docs/setup.md"] and found.released == {}

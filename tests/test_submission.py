@@ -95,16 +95,20 @@ def head(repo):
 
 
 def test_the_student_s_own_grade_names_a_commit_since(own):
-    submitted_at, readme = head(own), own / "README.md"
-    readme.write_text(readme.read_text() + "\nA line.\n")
-    commit(own, "README.md", message="A change since")
+    """A runner changed since the submission was made is named; the README changed beside it is not (it cannot
+    change results)."""
+    submitted_at = head(own)
+    for path in ("README.md", "run_tf.py"):
+        with open(own / path, "a") as f:
+            f.write("\n# A line.\n")
+    commit(own, "README.md", "run_tf.py", message="A change since")
     try:
         result = make("grade", cwd=own)
     finally:
         subprocess.run(["git", "-C", str(own), "reset", "-q", "--hard", submitted_at], check=True)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "code: 1 file(s) differ from the code the submission was made from" in result.stderr
-    assert "README.md" in result.stderr
+    assert "run_tf.py" in result.stderr and "README.md" not in result.stderr
 
 
 def test_a_failed_step_stays_failed_and_the_results_stay_as_made(own):
