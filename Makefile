@@ -45,6 +45,8 @@
 #             REPORT where make report writes (report)
 #   PTB_URL   make data: where to fetch simple-examples.tgz (empty: Mikolov's RNNLM page)
 #   TESTS_AT_ONCE  make test: test modules run at a time (2; tests/conftest.py groups them)
+#   TRUST, POINTS, SLURM  make grade / grade-all: TRUST=1 runs the student's code without a sandbox (where none can
+#             start); POINTS= another rubric of points (assignment/points.ini); SLURM=1 grade-all as one array job
 MODEL    ?= lstm
 CONFIG   ?=
 STEPS    ?= 300
