@@ -354,9 +354,9 @@ def main():
     for item in graded["rubric"] + [{"item": points.REPRODUCED, "met": not graded["findings"],
                                      "found": "the rerun agrees" if not graded["findings"] else "below, what not"}]:
         scored = earned.get(item["item"])
-        shown = "" if not scored else f"{scored['points']:g} TA" if scored["earned"] is None else \
+        credit = "" if not scored else f"{scored['points']:g} TA" if scored["earned"] is None else \
             f"{scored['earned']:g}/{scored['points']:g}"
-        print(f"  {'yes' if item['met'] else 'MISSING':8s} {shown:9s} {item['item']}: {item['found']}")
+        print(f"  {'yes' if item['met'] else 'MISSING':8s} {credit:9s} {item['item']}: {item['found']}")
     print(f"grade: points: {graded['points_line']}")
     print("grade: the hosts it was made on: " + "; ".join(
         f"{h['host']} ({h['environment'].get('cpu_model')}, {h['environment'].get('cpu_cores')} cores, "
