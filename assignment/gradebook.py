@@ -189,7 +189,8 @@ def graded_on_slurm(args, reruns):
             graded[name] = results.read_json(path)
             continue
         log = os.path.join(logs, f"{index}.out")
-        last = (open(log).read().strip().splitlines() or ["no output"])[-1] if os.path.exists(log) else "no log"
+        last = ((open(log).read().strip().splitlines() or ["no output"])[-1] if os.path.exists(log) else
+                f"no log in {logs}: does every node see this folder (a shared file system)?")
         print(f"gradebook: {name}: not graded: {last}", flush=True)
         graded[name] = {"verdict": "NOT GRADED", "findings": [("submission", last)]}
     return graded

@@ -622,6 +622,28 @@ def test_a_job_requeued_onto_other_nodes_resumes_and_ends_as_the_reference(nodes
     assert matches_reference(shared_work, "requeued")
 
 
+def test_a_class_is_graded_as_one_array_job_across_the_nodes(nodes, shared_work, submitted):
+    """make grade-all SLURM=1: each submission graded by a task of one array job, on a node of its own, every
+    run of the student's code sandboxed there; the rerun their settings share made once (the other task waits
+    for it and reads it); the gradebook gathered when both end."""
+    work = Path(shared_work)
+    ta = clone(REPO, work / "ta", "TA")
+    for name in ("ann", "bob"):
+        clone(submitted[0], work / "class" / name, name.title())
+    result = subprocess.run(["make", "-s", "-o", ".venv/.setup-done", "grade-all", f"SUBMISSIONS={work / 'class'}",
+                             "SLURM=1"], cwd=ta, env=SLURM, capture_output=True, text=True, timeout=1200)
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert "gradebook: 2 grades as one array job: sbatch --wait --array=0-1" in result.stdout, output
+    with open(ta / "grade/gradebook.csv") as f:
+        rows = {row["submission"]: row for row in csv.DictReader(f)}
+    assert {name: row["verdict"] for name, row in rows.items()} == {"ann": "REPRODUCED", "bob": "REPRODUCED"}, output
+    assert "shares " in rows["ann"]["copies"]  # one submission under two names
+    logs = [(ta / f"grade/slurm/{task}.out").read_text() for task in (0, 1)]
+    assert sorted(re.search(r"on (node\d)", log)[1] for log in logs) == ["node1", "node2"], logs
+    assert sum("grade: verify: the rerun of these settings and model" in log for log in logs) == 1, logs
+    assert sum(" --sandbox --sandbox_readable=" in log for log in logs) == 1, logs
+
+
 def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_refuses(nodes):
     """make cluster SHARED=0 (run after the tests on the shared cluster): each node a private copy of the
     repository. A run's checkpoints and results, written on node1 by the chief, are copied back; verify, which
@@ -659,28 +681,6 @@ def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_r
         assert "run_tf.py: error: --resume: no complete checkpoint in requeued" in log and "Traceback" not in log
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def test_a_class_is_graded_as_one_array_job_across_the_nodes(nodes, shared_work, submitted):
-    """make grade-all SLURM=1: each submission graded by a task of one array job, on a node of its own, every
-    run of the student's code sandboxed there; the rerun their settings share made once (the other task waits
-    for it and reads it); the gradebook gathered when both end."""
-    work = Path(shared_work)
-    ta = clone(REPO, work / "ta", "TA")
-    for name in ("ann", "bob"):
-        clone(submitted[0], work / "class" / name, name.title())
-    result = subprocess.run(["make", "-s", "-o", ".venv/.setup-done", "grade-all", f"SUBMISSIONS={work / 'class'}",
-                             "SLURM=1"], cwd=ta, env=SLURM, capture_output=True, text=True, timeout=1200)
-    output = result.stdout[-3000:] + result.stderr[-3000:]
-    assert "gradebook: 2 grades as one array job: sbatch --wait --array=0-1" in result.stdout, output
-    with open(ta / "grade/gradebook.csv") as f:
-        rows = {row["submission"]: row for row in csv.DictReader(f)}
-    assert {name: row["verdict"] for name, row in rows.items()} == {"ann": "REPRODUCED", "bob": "REPRODUCED"}, output
-    assert "shares " in rows["ann"]["copies"]  # one submission under two names
-    logs = [(ta / f"grade/slurm/{task}.out").read_text() for task in (0, 1)]
-    assert sorted(re.search(r"on (node\d)", log)[1] for log in logs) == ["node1", "node2"], logs
-    assert sum("grade: verify: the rerun of these settings and model" in log for log in logs) == 1, logs
-    assert sum(" --sandbox --sandbox_readable=" in log for log in logs) == 1, logs
 
 
 def test_the_cluster_goes_without_a_trace():
