@@ -33,6 +33,18 @@ REAPER = ('"$@"; status=$?; for d in /proc/[0-9]*; do [ "${d#/proc/}" = $$ ] && 
 TIMED_OUT = 124  # as timeout(1) exits
 
 
+def symlinks(path):
+    """The symbolic links met while resolving `path`, in order: (link, its target), each link's folder real."""
+    found, real = [], "/"
+    for part in os.path.abspath(path).split("/")[1:]:
+        candidate = os.path.join(real, part)
+        if os.path.islink(candidate):
+            target = os.readlink(candidate)
+            found += [(candidate, target), *symlinks(os.path.join(real, target))]
+        real = os.path.realpath(candidate)
+    return found
+
+
 def unavailable():
     """Why no sandbox can start here (no bubblewrap, or it fails to start one), or None."""
     if not shutil.which("bwrap"):
@@ -51,8 +63,9 @@ class Sandbox:
         self.readable, self.writable = list(readable), list(writable)
         self.memory_gib, self.seconds, self.setenv = memory_gib, seconds, dict(setenv or {})
 
-    def mounts(self):
-        """bubblewrap's mount arguments: system, Python, the readable folders, then the writable ones over them."""
+    def mounts(self, reached=()):
+        """bubblewrap's mount arguments: system, Python, the readable folders, then the writable ones over them;
+        the paths `reached` (a program's) lead where they lead outside."""
         found = ["--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"]
         found += [arg for path in SYSTEM if os.path.exists(path) for arg in ("--ro-bind", path, path)]
         found += [arg for name in ETC if os.path.exists(f"/etc/{name}")
@@ -63,6 +76,13 @@ class Sandbox:
         for path in self.writable:
             os.makedirs(path, exist_ok=True)
             found += ["--bind", os.path.realpath(path), os.path.realpath(path)]
+        # A path reached through links that lie outside every mounted folder (a .venv linked to a shared one):
+        # the links made again inside, so that the same path leads to the same place.
+        mounted = [*SYSTEM, *python, *map(os.path.realpath, self.readable + self.writable)]
+        for link, target in dict(link for path in (sys.executable, sys.prefix, *reached, *self.readable, *self.writable)
+                                 for link in symlinks(path)).items():
+            if not any(link == top or link.startswith(top.rstrip("/") + "/") for top in mounted):
+                found += ["--symlink", target, link]
         return found
 
     def environment(self):
@@ -77,8 +97,9 @@ class Sandbox:
         writable one, else the first readable)."""
         cwd = cwd or (self.writable or self.readable or ["/"])[0]
         user = [] if os.geteuid() == 0 else ["--unshare-user"]
-        return ["bwrap", *self.mounts(), *self.environment(), *user, *ISOLATION, "--chdir", os.path.realpath(cwd),
-                "sh", "-c", REAPER, "sh", *argv]
+        program = [argv[0]] if os.sep in argv[0] else []
+        return ["bwrap", *self.mounts(program), *self.environment(), *user, *ISOLATION, "--chdir",
+                os.path.realpath(cwd), "sh", "-c", REAPER, "sh", *argv]
 
     def limit(self):
         """In the child before bubblewrap starts: the address-space cap, inherited by every process inside (never

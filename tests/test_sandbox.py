@@ -135,3 +135,18 @@ def test_no_sandbox_is_one_line_unless_trusted(monkeypatch):
     assert grade.parse_flags(["--trust"]).trust
     with pytest.raises(UsageError, match="bubblewrap is not installed"):
         grade.parse_flags([])
+
+
+def test_a_python_reached_through_links_outside_the_sandbox_s_folders_starts_inside_it(tmp_path):
+    """A checkout whose .venv links to a lab's shared one, itself a link: the same path leads to Python inside."""
+    if sandbox.unavailable():
+        pytest.skip(sandbox.unavailable())
+    checkout, shared = tmp_path / "checkout", tmp_path / "lab"
+    checkout.mkdir(), shared.mkdir()
+    (shared / "venv").symlink_to(os.path.realpath(sys.prefix))
+    (checkout / ".venv").symlink_to(shared / "venv")
+    python = checkout / ".venv" / "bin" / os.path.basename(sys.executable)
+    box = sandbox.Sandbox([str(checkout)], [])
+    assert ["--symlink", str(shared / "venv"), str(checkout / ".venv")] not in box.mounts()  # inside: as it is
+    ran = box.run([str(python), "-c", "import sys, numpy; print(sys.prefix)"], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.strip() == str(checkout / ".venv"), ran.stderr
