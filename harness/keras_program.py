@@ -4,7 +4,9 @@ module makes them the model contract (CONFIGS, data, loss, update_rule). docs/yo
 
 When the toolkit loads the program, the program runs up to that call and stops there; run on its own (`python
 yours.py`), `model.fit` trains as in Keras and `toolkit_trains` does nothing."""
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 import random
@@ -15,7 +17,9 @@ import numpy as np
 from harness import UsageError, determinism, models  # noqa: F401  (before TensorFlow: it fixes its kernels)
 import tensorflow as tf  # noqa: E402
 
+from keras.src.engine import base_layer, base_layer_utils, base_layer_v1, training_v1  # noqa: E402
 from keras.src.losses import LossFunctionWrapper  # noqa: E402
+from tensorflow.python.ops import variables as tf_variables  # noqa: E402
 
 from harness import update  # noqa: E402
 
@@ -62,6 +66,8 @@ def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callb
     if not models.LOADING:
         return _KERAS_FIT(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
                           shuffle, class_weight, sample_weight, *args, **kwargs)
+    if _AGAIN:  # the program run again for its model alone (_model_again)
+        reached(Program(model, None, None, None))
     if class_weight:
         raise UsageError("model.fit with class_weight: give the examples' weights as sample_weight")
     if model.optimizer is None:
@@ -81,19 +87,11 @@ def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callb
 
 def reached(program):
     """End the program's run here: the toolkit's loader gives its module the contract of what it trains."""
-    raise models.ProgramReached(lambda module, model_name: contract(module, program, model_name))
+    raise models.ProgramReached(program)
 
 
-def _new(cls, *args, **kwargs):
-    """A Keras model, remembering what it was made with: a subclassed model is made again so in each graph."""
-    made = _KERAS_NEW(cls, *args, **kwargs)
-    object.__setattr__(made, "_toolkit_made_with", (args, kwargs))
-    return made
-
-
-_KERAS_FIT, _KERAS_NEW = tf.keras.Model.fit, tf.keras.Model.__new__
-tf.keras.Model.fit = _fit
-tf.keras.Model.__new__ = _new
+_KERAS_FIT = tf.keras.Model.fit
+tf.keras.Model.fit = training_v1.Model.fit = _fit  # v1: the class of a model made in a graph
 
 
 def seed_program():
@@ -117,8 +115,7 @@ def contract(module, program, model_name):
             except UsageError as error:
                 raise UsageError(f"--model={model_name}: {error}") from None
         return call
-    if isinstance(program.model, tf.keras.Model):
-        _REMADE[id(program.model)] = named(remade_by)(program.model)
+    _NAMES[id(program)] = model_name
     configs = getattr(module, "CONFIGS", None) or {"default": Config("default", named(_batch_size)(program))}
     rules = {name: named(rule_of)(_made(program.optimizer, config)) for name, config in configs.items()}
     module.CONFIGS = configs
@@ -298,36 +295,68 @@ def keras_objective(loss, y_true, y_pred, weights, regularization):
 
 
 def graph_model(program, config):
-    """The program's model, made in this graph by the program's function, or made again as remade_by says."""
+    """The program's model, made in this graph: by the program's function, or by running the program again."""
     tf.keras.backend.reset_uids()  # its layers' names, hence its variables', the same in every graph of a process
     model = _made(program.model, config)
-    return _REMADE[id(model)]() if isinstance(model, tf.keras.Model) and model is program.model else model
+    if isinstance(model, tf.keras.Model) and model is program.model:  # made at load, in another graph
+        with _model_again():
+            model = _made(models.run_again(_NAMES[id(program)]).model, config)
+    return model
 
 
-_REMADE = {}  # {id(a program's model): a function making it again}, made where the program made its model
+_AGAIN = []  # [True] while a program runs again for its model
 
 
-def remade_by(model):
-    """A function making a Keras model again, with the same layers and initializers, in another graph: a Sequential
-    or functional model from its configuration, read here (where its layers are the program's Keras 2 layers:
-    a graph's Keras swaps their classes for TensorFlow 1's, whose configurations Keras cannot record), a
-    subclassed one with the arguments it was made with."""
-    if not (isinstance(model, tf.keras.Sequential) or getattr(model, "_is_graph_network", False)):
-        args, kwargs = model._toolkit_made_with
-        return lambda: type(model)(*args, **kwargs)
-    from keras.src.engine import base_layer_utils
+@contextlib.contextmanager
+def _model_again():
+    """While a program runs again in a runner's graph for its model alone: compile does nothing (the first run's
+    compile gave the loss and optimizer); the variables its model's layers make are the graph's, any other (its
+    optimizer's step counter, a metric's totals) is made in a graph of its own, never run."""
+    depth = [0]
+
+    def counted(add_weight):
+        @functools.wraps(add_weight)
+        def add(layer, *args, **kwargs):
+            model_s = not isinstance(layer, tf.keras.metrics.Metric)  # a metric is a layer too
+            depth[0] += model_s
+            try:
+                return add_weight(layer, *args, **kwargs)
+            finally:
+                depth[0] -= model_s
+        return add
+
+    def elsewhere(next_creator, **kwargs):
+        if depth[0]:
+            return next_creator(**kwargs)
+        with tf.Graph().as_default():
+            return tf_variables.default_variable_creator_v2(None, **kwargs)
+    layer_kinds, model_kinds = (base_layer.Layer, base_layer_v1.Layer), (tf.keras.Model, training_v1.Model)
+    saved = [kind.add_weight for kind in layer_kinds], [vars(kind)["compile"] for kind in model_kinds]
+    _AGAIN.append(True)
+    # Keras would evaluate the constant inputs of TensorFlow ops between layers in a session of its own, on the
+    # runner's devices, which that session does not have; kept as ops, they are computed where the model runs.
+    base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = True
     try:
-        blueprint = model.get_config()
-    except NotImplementedError as error:
-        raise UsageError(f"the model cannot be made again from its layers' configurations ({error}); give "
-                         f"toolkit_trains a function making it (docs/your-model.md)") from None
-    kinds = {type(layer).__name__: type(layer) for layer in model._flatten_layers(include_self=False)}
+        for kind in layer_kinds:
+            kind.add_weight = counted(kind.add_weight)
+        for kind in model_kinds:
+            kind.compile = lambda *args, **kwargs: None
+        context = base_layer_utils.call_context()
+        with tf.variable_creator_scope(elsewhere), context.enter(None, None, build_graph=True, training=True):
+            # in training, as the runners call the model: a layer whose call's `training` has no default gets it;
+            # outside any layer's call still, so that the functional model is made as the program makes it
+            context.in_call = False
+            yield
+    finally:
+        _AGAIN.clear()
+        base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = False
+        for kind, add_weight in zip(layer_kinds, saved[0]):
+            kind.add_weight = add_weight
+        for kind, compile_ in zip(model_kinds, saved[1]):
+            kind.compile = compile_
 
-    def remake():
-        # in training, as in a call of the model: a layer whose call's `training` has no default gets it
-        with base_layer_utils.call_context().enter(model, None, build_graph=True, training=True):
-            return type(model).from_config(blueprint, custom_objects=kinds)
-    return remake
+
+_NAMES = {}  # {id(a program): its --model}
 
 
 # --- the optimizer ------------------------------------------------------------------------------------------------

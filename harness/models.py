@@ -1,5 +1,7 @@
 """Load a model file (--model, MODEL=) and check it against the model contract: what a model gives the toolkit,
 which knows a model only through it. docs/your-model.md states the contract."""
+import ast
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -7,23 +9,25 @@ import inspect
 import os
 import sys
 import traceback
+import types
 
 from harness import REPO, UsageError
 
 BUILT_IN = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, "models"))
                   if name.endswith(".py") and not name.startswith("_"))
 REQUIRED = ("CONFIGS", "data", "loss", "update_rule")
+HOOK = "harness.keras_program"  # what a Keras program imports (docs/your-model.md, section 6)
 LOADED = {}  # {a loaded model's file: --model as given}: the code whose mistakes are the student's to mend
 LOADING = False  # while a model file runs: a Keras program's model.fit or toolkit_trains then ends it
 
 
 class ProgramReached(Exception):
-    """A Keras program's model.fit or toolkit_trains, reached while the toolkit loads it, with what gives the
-    program's module the contract: `give_contract(module, name)` (harness/keras_program.py)."""
+    """A Keras program's model.fit or toolkit_trains, reached while the toolkit runs it, with what it trains (a
+    harness.keras_program.Program)."""
 
-    def __init__(self, give_contract):
+    def __init__(self, program):
         super().__init__("a Keras program reached its training")
-        self.give_contract = give_contract
+        self.program = program
 
 
 def path_of(name):
@@ -49,30 +53,24 @@ def load(name):
     module_name = f"_model_{os.path.splitext(os.path.basename(path))[0]}"
     if module_name in sys.modules and sys.modules[module_name].__file__ == path:
         return sys.modules[module_name]
-    from harness import determinism  # noqa: F401  (before the model's TensorFlow: it fixes the kernels)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(module_name, path))
     sys.modules[module_name] = module
     LOADED[path] = name
-    global LOADING
-    LOADING = True
-    if "harness.keras_program" in sys.modules:  # loaded by an earlier program: it seeds this one too
-        sys.modules["harness.keras_program"].seed_program()
+    program = is_program(path)
     try:
-        spec.loader.exec_module(module)
+        execute(module, path, program)
     except ProgramReached as reached:  # a Keras program: its fit's parts become the contract
-        reached.give_contract(module, name)
+        sys.modules[HOOK].contract(module, reached.program, name)
     except UsageError as error:
         raise UsageError(f"--model={name}: {error}") from None
-    finally:
-        LOADING = False
+    except SystemExit as stopped:
+        if not program:
+            raise
+        raise UsageError(f"--model={name}: {path} stopped at {_where(stopped, path)} (sys.exit) before reaching "
+                         f"model.fit or toolkit_trains") from None
     missing = [part for part in REQUIRED if not hasattr(module, part)]
-    program = sys.modules.get("harness.keras_program")
-    if missing and program and any(value is program or value is sys.modules["harness"]
-                                   or getattr(value, "__module__", None) == program.__name__
-                                   for value in vars(module).values()):  # a Keras program's import of it
-        raise UsageError(f"--model={name}: {path} ran to its end without reaching model.fit or toolkit_trains (under "
-                         f"`if __name__ == \"__main__\":`? the toolkit runs the file as a module)")
+    if missing and program:
+        raise UsageError(f"--model={name}: {path} ran to its end without reaching model.fit or toolkit_trains")
     if missing:
         raise UsageError(f"--model={name}: {path} lacks {', '.join(missing)} of the model contract "
                          f"(harness/models.py)")
@@ -98,6 +96,72 @@ def load(name):
                          f"({', '.join(p.name for p in taken)})")
     module.NAME = name
     return module
+
+
+def execute(module, path, program):
+    """Run the file at `path` in `module`: as a script when it is a Keras `program`, its randomness seeded."""
+    from harness import determinism  # noqa: F401  (before the model's TensorFlow: it fixes the kernels)
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec")
+    global LOADING
+    LOADING = True
+    if HOOK in sys.modules:  # loaded by an earlier program: it seeds this one too
+        sys.modules[HOOK].seed_program()
+    try:
+        with as_script(module, path) if program else contextlib.nullcontext():
+            exec(code, vars(module))
+    finally:
+        LOADING = False
+
+
+def run_again(name):
+    """What the Keras program of model `name` trains, made again by running the program again (in the graph and
+    under the devices of the caller's context): its layers as its own code makes them. Its mistakes are
+    UsageErrors the caller names the model in."""
+    path = path_of(name)
+    try:
+        module = types.ModuleType("__main__")
+        module.__file__ = path
+        execute(module, path, True)
+    except ProgramReached as reached:
+        return reached.program
+    except UsageError:
+        raise
+    except Exception as error:
+        raise UsageError(f"making its model again in this runner's graph failed at {_where(error, path)} of "
+                         f"{path}: {type(error).__name__}: {error}") from None
+    raise UsageError(f"{path} did not reach model.fit or toolkit_trains when run again")
+
+
+def is_program(path):
+    """Whether the file is a Keras program (it imports harness.keras_program), read without running it."""
+    with open(path, "rb") as f:
+        try:
+            tree = ast.parse(f.read(), path)
+        except SyntaxError:
+            return False  # running it says so, as Python would
+    return any(isinstance(node, ast.Import) and any(a.name == HOOK for a in node.names)
+               or isinstance(node, ast.ImportFrom) and (node.module == HOOK or node.module == "harness" and any(
+                   a.name == "keras_program" for a in node.names))
+               for node in ast.walk(tree))
+
+
+@contextlib.contextmanager
+def as_script(module, path):
+    """Run `module` as Python runs a script: named __main__ (its `if __name__ == "__main__":` block runs), the
+    program's own sys.argv (its file alone: argparse and absl see their defaults, not the runner's flags)."""
+    saved = module.__name__, sys.modules["__main__"], sys.argv
+    module.__name__, sys.modules["__main__"], sys.argv = "__main__", module, [path]
+    try:
+        yield
+    finally:
+        module.__name__, sys.modules["__main__"], sys.argv = saved
+
+
+def _where(error, path):
+    """Where in the file at `path` an exception was raised: "line N" of its innermost frame there."""
+    lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == path]
+    return f"line {lines[-1]}" if lines else "its start"
 
 
 def name_of(model):

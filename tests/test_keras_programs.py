@@ -21,6 +21,12 @@ FIT_PROGRAMS = {
     # Keras' "Text classification with Transformer": functional, custom layers (one whose call needs `training`),
     # a position embedding of tf.range, compile by names ("adam", "sparse_categorical_crossentropy")
     "transformer": os.path.join(REPO, "tests", "models", "keras_fit_transformer.py"),
+    # Keras' "Masked Language Modeling with BERT": a functional model calling layers.MultiHeadAttention, a residual
+    # `query + attention_output` of Keras tensors, Adam made before compile, a dataset with sample weights
+    "masked_lm": os.path.join(REPO, "tests", "models", "keras_fit_masked_lm.py"),
+    # Keras' "sequence-to-sequence Transformer": custom layers building a causal mask with tf.shape, tf.range,
+    # tf.reshape and tf.tile, masks from compute_mask, two models called in a third, compile's metrics
+    "seq2seq": os.path.join(REPO, "tests", "models", "keras_fit_seq2seq_transformer.py"),
 }
 
 
@@ -30,7 +36,18 @@ def test_a_model_fit_program_with_one_marked_line_is_identical_in_every_runner(t
     assert [line for line in source if "toolkit" in line] == [
         "import harness.keras_program  # toolkit: model.fit below trains in the toolkit's runners (before TensorFlow)"]
     result = run_script("verify.py", f"--model={FIT_PROGRAMS[program]}", "--steps=4", "--warmup_steps=1",
-                        "--runs=reference,tf,parallax", cwd=tmp_path, timeout=900)
+                        "--runs=reference,tf,horovod,parallax", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    verdict = json.loads((tmp_path / "results/verify.json").read_text())
+    assert verdict["passed"] and all(p["identical"] for p in verdict["pairs"])
+
+
+@pytest.mark.parametrize("program", ["masked_lm", "seq2seq"])
+def test_a_program_made_again_in_each_runner_s_graph_is_identical_at_four_workers(tmp_path, program):
+    """The shapes Keras' from_config could not make again (MultiHeadAttention's config; op layers whose
+    reconstruction ran Keras' own session on the workers' devices): the program itself makes them in each graph."""
+    result = run_script("verify.py", f"--model={FIT_PROGRAMS[program]}", "--steps=3", "--warmup_steps=1",
+                        "--workers=4", "--runs=reference,tf,horovod-exact,parallax-exact", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     verdict = json.loads((tmp_path / "results/verify.json").read_text())
     assert verdict["passed"] and all(p["identical"] for p in verdict["pairs"])
@@ -183,7 +200,8 @@ def test_a_lenet_with_batch_normalization_is_refused_in_one_line_naming_the_alte
     (("model.fit(images, labels, batch_size=8", "model.fit(tf.data.Dataset.from_tensor_slices((images, labels))"
                                                 ".batch(8).repeat()"), "repeats forever"),
     (("batch_size=8", "batch_size=100"), "64 examples, fewer than a batch of 100"),
-    (("model.fit(", 'if __name__ == "__main__":\n    model.fit('), "ran to its end without reaching model.fit"),
+    (("model.fit(", 'if len(images) > 64:\n    model.fit('), "ran to its end without reaching model.fit"),
+    (("model.fit(", 'import sys\nsys.exit("no data")\nmodel.fit('), "stopped at line 12 (sys.exit) before reaching"),
     (("model.fit(images, labels, batch_size=8", "model.fit(tf.data.Dataset.from_tensor_slices((images, labels))"),
      "the program's dataset is not batched: give it .batch(B)"),
     (("epochs=1)", "epochs=1, class_weight={0: 2.0})"), "model.fit with class_weight: give the examples' weights"),
@@ -199,6 +217,21 @@ def test_what_a_fit_program_gives_that_the_toolkit_cannot_take_is_one_line(tmp_p
     program.write_text(BATCH_NORMALIZED.replace("tf.keras.layers.BatchNormalization(),", "").replace(*change))
     result = run_script("run.py", f"--model={program}", "--steps=2", "--warmup_steps=0", cwd=tmp_path)
     assert_usage_error(result, f"--model={program}: ", named)
+
+
+def test_a_program_training_under_main_with_its_own_flags_runs_as_python_runs_it(tmp_path):
+    """As most published scripts are: argparse in main(), called under `if __name__ == "__main__":`. The toolkit
+    runs the file as a script with its own argv, so fit is reached with the flags' defaults, not the runner's."""
+    program = tmp_path / "program.py"
+    body = BATCH_NORMALIZED.replace("tf.keras.layers.BatchNormalization(),", "").split("\n")
+    main = ["import argparse", "", "", "def main():", "    parser = argparse.ArgumentParser()",
+            "    parser.add_argument('--batch_size', type=int, default=8)", "    flags = parser.parse_args()",
+            *[f"    {line}".replace("batch_size=8", "batch_size=flags.batch_size") for line in body[1:] if line],
+            "", "", 'if __name__ == "__main__":', "    main()"]
+    program.write_text("\n".join([body[0], *main]) + "\n")
+    result = run_script("run.py", f"--model={program}", "--steps=2", "--warmup_steps=0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "results/run.json").read_text())["config"]["batch_size"] == 8
 
 
 @pytest.mark.parametrize("loss", [tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
