@@ -56,9 +56,9 @@ def load(name):
     module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(module_name, path))
     sys.modules[module_name] = module
     LOADED[path] = name
-    program = is_program(path)
+    code, program = read(path)
     try:
-        execute(module, path, program)
+        execute(module, path, code, program)
     except ProgramReached as reached:  # a Keras program: its fit's parts become the contract
         sys.modules[HOOK].contract(module, reached.program, name)
     except UsageError as error:
@@ -98,11 +98,10 @@ def load(name):
     return module
 
 
-def execute(module, path, program):
-    """Run the file at `path` in `module`: as a script when it is a Keras `program`, its randomness seeded."""
+def execute(module, path, code, program):
+    """Run the file at `path` (its `code`) in `module`: as a script when it is a Keras `program`, its randomness
+    seeded."""
     from harness import determinism  # noqa: F401  (before the model's TensorFlow: it fixes the kernels)
-    with open(path, "rb") as f:
-        code = compile(f.read(), path, "exec")
     global LOADING
     LOADING = True
     if HOOK in sys.modules:  # loaded by an earlier program: it seeds this one too
@@ -122,7 +121,7 @@ def run_again(name):
     try:
         module = types.ModuleType("__main__")
         module.__file__ = path
-        execute(module, path, True)
+        execute(module, path, read(path)[0], True)
     except ProgramReached as reached:
         return reached.program
     except UsageError:
@@ -133,17 +132,16 @@ def run_again(name):
     raise UsageError(f"{path} did not reach model.fit or toolkit_trains when run again")
 
 
-def is_program(path):
-    """Whether the file is a Keras program (it imports harness.keras_program), read without running it."""
+def read(path):
+    """The file's code, and whether it is a Keras program (it imports harness.keras_program), read without
+    running it."""
     with open(path, "rb") as f:
-        try:
-            tree = ast.parse(f.read(), path)
-        except SyntaxError:
-            return False  # running it says so, as Python would
-    return any(isinstance(node, ast.Import) and any(a.name == HOOK for a in node.names)
-               or isinstance(node, ast.ImportFrom) and (node.module == HOOK or node.module == "harness" and any(
-                   a.name == "keras_program" for a in node.names))
-               for node in ast.walk(tree))
+        tree = ast.parse(f.read(), path)
+    program = any(isinstance(node, ast.Import) and any(a.name == HOOK for a in node.names)
+                  or isinstance(node, ast.ImportFrom) and (node.module == HOOK or node.module == "harness" and any(
+                      a.name == "keras_program" for a in node.names))
+                  for node in ast.walk(tree))
+    return compile(tree, path, "exec"), program
 
 
 @contextlib.contextmanager
