@@ -36,9 +36,9 @@ def main():
     # PS: the sparse variables (found from their gradients) split into --partitions parts.
     kinds = placement.variable_kinds(model, config, args.seed, batches)
     sparse = [name for name, kind in kinds.items() if kind == "sparse"] if args.partitions > 1 else []
-    # PS: variables on the parameter servers, spread by size; every other op on this worker.
+    # PS: variables on the parameter servers, spread by size; every other op (a lookup table too) on this worker.
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
-            cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}",
+            cluster=cluster.spec, worker_device=f"/job:worker/task:{rank}", ps_ops=placement.VARIABLE_OPS,
             ps_strategy=placement.GreedyBySize(len(args.ps_hosts)))):
         # PS: a variable read whole is read once a step, on this worker, however many times the model uses it
         params = Params(model, config, args.seed, sparse, args.partitions, args.partition_strategy,

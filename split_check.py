@@ -53,6 +53,7 @@ def main():
         print(f"split_check: FAILED: splitting the batch moves {', '.join(worst[:4])}"
               f"{f' and {len(worst) - 4} more' if len(worst) > 4 else ''} by more than {TOLERANCE:g} of the largest "
               f"gradient: the loss is not a mean over the global batch (a count over the shard? return (sum, count); "
+              f"or a row's output depends on the other rows of its batch, as a sum over the batch's axis; "
               f"docs/your-model.md, section 4)")
         return 1
     print(f"split_check: PASSED: within {moved[0][0]:.2g} of the largest gradient (rounding): the loss is a mean "

@@ -4,9 +4,7 @@ module makes them the model contract (CONFIGS, data, loss, update_rule). docs/yo
 
 When the toolkit loads the program, the program runs up to that call and stops there; run on its own (`python
 yours.py`), `model.fit` trains as in Keras and `toolkit_trains` does nothing."""
-import contextlib
 import dataclasses
-import functools
 import hashlib
 import math
 import random
@@ -17,11 +15,11 @@ import numpy as np
 from harness import UsageError, determinism, models  # noqa: F401  (before TensorFlow: it fixes its kernels)
 import tensorflow as tf  # noqa: E402
 
-from keras.src.engine import base_layer, base_layer_utils, base_layer_v1, training_v1  # noqa: E402
+from keras.src.engine import training_v1  # noqa: E402
 from keras.src.losses import LossFunctionWrapper  # noqa: E402
-from tensorflow.python.ops import variables as tf_variables  # noqa: E402
+from tensorflow.python.framework import config as tf_config  # noqa: E402
 
-from harness import update  # noqa: E402
+from harness import keras_again, update  # noqa: E402
 
 DEFAULT_BATCH_SIZE = 32  # Keras' model.fit, without batch_size
 
@@ -66,7 +64,7 @@ def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callb
     if not models.LOADING:
         return _KERAS_FIT(model, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
                           shuffle, class_weight, sample_weight, *args, **kwargs)
-    if _AGAIN:  # the program run again for its model alone (_model_again)
+    if keras_again.AGAIN:  # the program run again for its model alone
         reached(Program(model, None, None, None))
     if class_weight:
         raise UsageError("model.fit with class_weight: give the examples' weights as sample_weight")
@@ -87,6 +85,8 @@ def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callb
 
 def reached(program):
     """End the program's run here: the toolkit's loader gives its module the contract of what it trains."""
+    if not keras_again.AGAIN:
+        _READS[id(program)] = keras_again.loaded(program.model)
     raise models.ProgramReached(program)
 
 
@@ -94,15 +94,20 @@ _KERAS_FIT = tf.keras.Model.fit
 tf.keras.Model.fit = training_v1.Model.fit = _fit  # v1: the class of a model made in a graph
 
 
-def seed_program():
-    """The program's own unseeded randomness (its data, a dataset's shuffle) the same in every process."""
+def program_starts():
+    """A load of the program begins: its own unseeded randomness (its data, a dataset's shuffle) the same in every
+    process."""
     random.seed(0)
     np.random.seed(0)
     tf.random.set_seed(0)
+    keras_again.starts()
 
 
 if models.LOADING:
-    seed_program()
+    program_starts()
+elif models.is_run_by_python():
+    # it trains as Keras alone would: op determinism (harness.determinism's) refuses a random op without a seed
+    tf_config.disable_op_determinism()
 
 
 def contract(module, program, model_name):
@@ -119,6 +124,7 @@ def contract(module, program, model_name):
     configs = getattr(module, "CONFIGS", None) or {"default": Config("default", named(_batch_size)(program))}
     rules = {name: named(rule_of)(_made(program.optimizer, config)) for name, config in configs.items()}
     module.CONFIGS = configs
+    module.DATA = "the program's own"
     module.data = named(lambda config, data_path, seed: batches_of(program, config, seed))
     module.loss = named(lambda config, params, inputs, random: objective(program, config, params, inputs))
     module.update_rule = lambda config: rules[config.name]
@@ -299,64 +305,13 @@ def graph_model(program, config):
     tf.keras.backend.reset_uids()  # its layers' names, hence its variables', the same in every graph of a process
     model = _made(program.model, config)
     if isinstance(model, tf.keras.Model) and model is program.model:  # made at load, in another graph
-        with _model_again():
+        with keras_again.model_again(_READS[id(program)]):
             model = _made(models.run_again(_NAMES[id(program)]).model, config)
     return model
 
 
-_AGAIN = []  # [True] while a program runs again for its model
-
-
-@contextlib.contextmanager
-def _model_again():
-    """While a program runs again in a runner's graph for its model alone: compile does nothing (the first run's
-    compile gave the loss and optimizer); the variables its model's layers make are the graph's, any other (its
-    optimizer's step counter, a metric's totals) is made in a graph of its own, never run."""
-    depth = [0]
-
-    def counted(add_weight):
-        @functools.wraps(add_weight)
-        def add(layer, *args, **kwargs):
-            model_s = not isinstance(layer, tf.keras.metrics.Metric)  # a metric is a layer too
-            depth[0] += model_s
-            try:
-                return add_weight(layer, *args, **kwargs)
-            finally:
-                depth[0] -= model_s
-        return add
-
-    def elsewhere(next_creator, **kwargs):
-        if depth[0]:
-            return next_creator(**kwargs)
-        with tf.Graph().as_default():
-            return tf_variables.default_variable_creator_v2(None, **kwargs)
-    layer_kinds, model_kinds = (base_layer.Layer, base_layer_v1.Layer), (tf.keras.Model, training_v1.Model)
-    saved = [kind.add_weight for kind in layer_kinds], [vars(kind)["compile"] for kind in model_kinds]
-    _AGAIN.append(True)
-    # Keras would evaluate the constant inputs of TensorFlow ops between layers in a session of its own, on the
-    # runner's devices, which that session does not have; kept as ops, they are computed where the model runs.
-    base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = True
-    try:
-        for kind in layer_kinds:
-            kind.add_weight = counted(kind.add_weight)
-        for kind in model_kinds:
-            kind.compile = lambda *args, **kwargs: None
-        context = base_layer_utils.call_context()
-        with tf.variable_creator_scope(elsewhere), context.enter(None, None, build_graph=True, training=True):
-            # in training, as the runners call the model: a layer whose call's `training` has no default gets it;
-            # outside any layer's call still, so that the functional model is made as the program makes it
-            context.in_call = False
-            yield
-    finally:
-        _AGAIN.clear()
-        base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = False
-        for kind, add_weight in zip(layer_kinds, saved[0]):
-            kind.add_weight = add_weight
-        for kind, compile_ in zip(model_kinds, saved[1]):
-            kind.compile = compile_
-
-
 _NAMES = {}  # {id(a program): its --model}
+_READS = {}  # {id(a program): what its run at load read (keras_again.Reads)}
 
 
 # --- the optimizer ------------------------------------------------------------------------------------------------

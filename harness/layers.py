@@ -64,6 +64,9 @@ def initializer_of(initializer, shape):
         return variables.constant(1.0)
     if kind in ("Constant", "Constant_v2") and np.ndim(get("value")) == 0:
         return variables.constant(float(get("value")))
+    if kind in ("Constant", "Constant_v2") and np.size(get("value")) == math.prod(shape):  # a table given whole
+        table = np.reshape(np.asarray(get("value"), np.float32), shape)
+        return lambda u: tf.constant(table)
     if kind in ("RandomUniform", "RandomUniform_v2"):
         low, high = float(get("minval")), float(get("maxval"))
         return lambda u: u * (high - low) + low

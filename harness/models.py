@@ -105,7 +105,7 @@ def execute(module, path, code, program):
     global LOADING
     LOADING = True
     if HOOK in sys.modules:  # loaded by an earlier program: it seeds this one too
-        sys.modules[HOOK].seed_program()
+        sys.modules[HOOK].program_starts()
     try:
         with as_script(module, path) if program else contextlib.nullcontext():
             exec(code, vars(module))
@@ -130,6 +130,12 @@ def run_again(name):
         raise UsageError(f"making its model again in this runner's graph failed at {_where(error, path)} of "
                          f"{path}: {type(error).__name__}: {error}") from None
     raise UsageError(f"{path} did not reach model.fit or toolkit_trains when run again")
+
+
+def is_run_by_python():
+    """Whether this process is a Keras program run on its own (`python yours.py`), not loaded by the toolkit."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return not LOADING and bool(path) and path.endswith(".py") and os.path.isfile(path) and read(path)[1]
 
 
 def read(path):
@@ -228,6 +234,12 @@ def from_flags(args):
 def description(model):
     """The first paragraph of the model file's docstring, on one line."""
     return " ".join((model.__doc__ or model.NAME).strip().split("\n\n")[0].split())
+
+
+def data_source(model, data_path):
+    """Where a run's examples come from: the model's own (DATA: a Keras program's), the file given, or the
+    synthetic corpus."""
+    return getattr(model, "DATA", None) or data_path or "synthetic"
 
 
 def bench_configs(model):

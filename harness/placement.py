@@ -7,6 +7,9 @@ from harness.training import StepFeed, worker_objective  # noqa: E402
 from harness.variables import Params  # noqa: E402
 
 
+VARIABLE_OPS = ["Variable", "VariableV2", "VarHandleOp"]  # replica_device_setter's would add lookup tables
+
+
 class GreedyBySize:
     """replica_device_setter's ps_strategy: each variable to the parameter server with the fewest bytes so far.
     Every worker builds its graph in the same order, so every worker computes the same placement."""

@@ -104,7 +104,7 @@ class Recorder:
             "update_rule": update.describe(models.update_rule(self.model, self.config), list(variables)),
             "variables": variables,
             "seed": self.args.seed,
-            "data": self.args.data_path or "synthetic",
+            "data": models.data_source(self.model, self.args.data_path),
             "steps": self.args.steps,
             "final_loss": self.last_metrics["loss"],
             "final_metrics": self.last_metrics,

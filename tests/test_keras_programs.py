@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, launch_and_wait, run_script
+from conftest import REPO, checkpoint_tensors, launch_and_wait, read_jsonl, run_script
 from harness import UsageError, keras_program, layers, models, update
 from harness.variables import Params, StepRandom
 
@@ -27,14 +27,40 @@ FIT_PROGRAMS = {
     # Keras' "sequence-to-sequence Transformer": custom layers building a causal mask with tf.shape, tf.range,
     # tf.reshape and tf.tile, masks from compute_mask, two models called in a third, compile's metrics
     "seq2seq": os.path.join(REPO, "tests", "models", "keras_fit_seq2seq_transformer.py"),
+    # The tf.keras.layers.Attention docstring's CNN+Attention network: two Inputs, a shared Embedding, Conv1D,
+    # Attention, GlobalAveragePooling1D, Concatenate
+    "attention": os.path.join(REPO, "tests", "models", "keras_fit_attention.py"),
+    # Keras' "Character-level recurrent sequence-to-sequence model": LSTMs with return_state and initial_state
+    "char_seq2seq": os.path.join(REPO, "tests", "models", "keras_fit_char_seq2seq.py"),
+    # Keras' "Sequence to sequence learning for performing number addition": Sequential, RepeatVector, fit in a
+    # loop over epochs
+    "addition": os.path.join(REPO, "tests", "models", "keras_fit_addition.py"),
+    # Keras' "Timeseries forecasting for weather prediction": timeseries_dataset_from_array, its first batch read
+    # (`for batch in dataset_train.take(1)`) for the Input's shape, callbacks
+    "timeseries": os.path.join(REPO, "tests", "models", "keras_fit_timeseries.py"),
+    # TensorFlow's "Text generation with an RNN": StringLookup, .numpy() and a dataset's batches read while the
+    # data is made, a subclassed GRU model called on an example batch before summary()
+    "text_generation": os.path.join(REPO, "tests", "models", "keras_fit_text_generation.py"),
+    # Keras' "Text classification from scratch": TextVectorization adapted and mapped over the dataset, Conv1D
+    "conv1d_text": os.path.join(REPO, "tests", "models", "keras_fit_conv1d_text.py"),
+    # Keras' "Collaborative Filtering for Movie Recommendations": a subclassed model of Embeddings with regularizers
+    "recommender": os.path.join(REPO, "tests", "models", "keras_fit_recommender.py"),
 }
 
 
-@pytest.mark.parametrize("program", sorted(FIT_PROGRAMS))
-def test_a_model_fit_program_with_one_marked_line_is_identical_in_every_runner(tmp_path, program):
-    source = open(FIT_PROGRAMS[program]).read().splitlines()
+def assert_one_marked_line(program):
+    source = open(program).read().splitlines()
     assert [line for line in source if "toolkit" in line] == [
         "import harness.keras_program  # toolkit: model.fit below trains in the toolkit's runners (before TensorFlow)"]
+
+
+# The two remade in each runner's graph are verified at W = 4 below, which runs every runner's graph too.
+AT_FOUR_WORKERS = ["masked_lm", "seq2seq"]
+
+
+@pytest.mark.parametrize("program", sorted(set(FIT_PROGRAMS) - set(AT_FOUR_WORKERS)))
+def test_a_model_fit_program_with_one_marked_line_is_identical_in_every_runner(tmp_path, program):
+    assert_one_marked_line(FIT_PROGRAMS[program])
     result = run_script("verify.py", f"--model={FIT_PROGRAMS[program]}", "--steps=4", "--warmup_steps=1",
                         "--runs=reference,tf,horovod,parallax", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -42,15 +68,43 @@ def test_a_model_fit_program_with_one_marked_line_is_identical_in_every_runner(t
     assert verdict["passed"] and all(p["identical"] for p in verdict["pairs"])
 
 
-@pytest.mark.parametrize("program", ["masked_lm", "seq2seq"])
+@pytest.mark.parametrize("program", AT_FOUR_WORKERS)
 def test_a_program_made_again_in_each_runner_s_graph_is_identical_at_four_workers(tmp_path, program):
     """The shapes Keras' from_config could not make again (MultiHeadAttention's config; op layers whose
     reconstruction ran Keras' own session on the workers' devices): the program itself makes them in each graph."""
+    assert_one_marked_line(FIT_PROGRAMS[program])
     result = run_script("verify.py", f"--model={FIT_PROGRAMS[program]}", "--steps=3", "--warmup_steps=1",
                         "--workers=4", "--runs=reference,tf,horovod-exact,parallax-exact", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     verdict = json.loads((tmp_path / "results/verify.json").read_text())
     assert verdict["passed"] and all(p["identical"] for p in verdict["pairs"])
+
+
+def test_a_program_run_by_python_trains_as_keras_alone_would(tmp_path):
+    """`python yours.py`, its marked line in place: Keras' own fit, unseeded shuffles included (the toolkit's op
+    determinism, which refuses a random op without a seed, is its runners')."""
+    result = subprocess.run([sys.executable, FIT_PROGRAMS["attention"]], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Epoch 2/2" in result.stdout
+
+
+def test_split_check_finds_the_published_recommender_scores_a_row_by_its_whole_batch(tmp_path):
+    """Its tf.tensordot(user_vector, movie_vector, 2) sums over the whole batch: every runner is identical to the
+    reference of W shards (above), and split_check finds that W shards train another model than one batch does."""
+    result = run_script("split_check.py", f"--model={FIT_PROGRAMS['recommender']}", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    assert "split_check: FAILED: splitting the batch moves " in result.stdout
+    assert "recommender_net/embedding/embeddings" in result.stdout
+
+
+def test_the_published_structured_data_program_is_refused_naming_its_adapted_layer(tmp_path, assert_usage_error):
+    """Keras' "Structured data classification from scratch" (tests/models/keras_fit_structured.py): lookups and
+    normalizations adapted to the data inside the model, which the runners cannot place; one line, exit 2."""
+    program = os.path.join(REPO, "tests", "models", "keras_fit_structured.py")
+    result = run_script("run.py", f"--model={program}", "--steps=2", "--warmup_steps=0", cwd=tmp_path)
+    assert_usage_error(result, "integer_lookup (IntegerLookup) is adapted to the data and is a layer of the model",
+                       "dataset.map")
 
 
 def test_fit_s_arrays_are_batched_by_step_and_reshuffled_by_seed_and_epoch():
@@ -210,6 +264,9 @@ def test_a_lenet_with_batch_normalization_is_refused_in_one_line_naming_the_alte
     (("model = tf.keras.Sequential([", "class Own(tf.keras.Sequential):\n    def train_step(self, data):\n"
                                        "        return {}\n\n\nmodel = Own(["),
      "Own overrides train_step, whose loss the toolkit cannot see: call toolkit_trains"),
+    (("model = tf.keras.Sequential([", "norm = tf.keras.layers.Normalization(input_shape=(8, 8, 1))\n"
+                                       "norm.adapt(images)\nmodel = tf.keras.Sequential([norm, "),
+     "normalization (Normalization) is adapted to the data and is a layer of the model"),
 ])
 def test_what_a_fit_program_gives_that_the_toolkit_cannot_take_is_one_line(tmp_path, assert_usage_error, change,
                                                                            named):
@@ -217,6 +274,49 @@ def test_what_a_fit_program_gives_that_the_toolkit_cannot_take_is_one_line(tmp_p
     program.write_text(BATCH_NORMALIZED.replace("tf.keras.layers.BatchNormalization(),", "").replace(*change))
     result = run_script("run.py", f"--model={program}", "--steps=2", "--warmup_steps=0", cwd=tmp_path)
     assert_usage_error(result, f"--model={program}: ", named)
+
+
+GIVEN_TABLES = '''import harness.keras_program  # toolkit: model.fit below trains in the toolkit's runners
+import numpy as np
+import tensorflow as tf
+from tensorflow.keras import layers
+
+rng = np.random.default_rng(0)
+TABLE, POSITIONS, KERNEL = rng.normal(size=(20, 4)), rng.normal(size=(6, 4)), rng.normal(size=(4, 20))
+ids = rng.integers(0, 20, (16, 6))
+inputs = layers.Input((6,), dtype="int32")
+words = layers.Embedding(20, 4, weights=[TABLE], name="words")(inputs)
+positions = layers.Embedding(6, 4, weights=[POSITIONS], name="positions")(tf.range(6))
+outputs = layers.Dense(20, kernel_initializer=tf.keras.initializers.Constant(KERNEL), name="out")(words + positions)
+model = tf.keras.Model(inputs, outputs)
+model.compile(optimizer=tf.keras.optimizers.SGD(0.0),
+              loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(ids, ids, batch_size=16, shuffle=False)
+'''
+
+
+def test_tables_given_to_layers_and_a_layer_called_on_constants_are_keras_own(tmp_path):
+    """weights=[table] and Constant(table) are a variable's initial value; a layer called on tf.range as the model
+    is built is that call's value, a constant, as Keras computes it (no variable): the first step's loss is the one
+    numpy computes from the tables. The run records the program's own data as its data."""
+    program = tmp_path / "given.py"
+    program.write_text(GIVEN_TABLES)
+    result = run_script("run.py", f"--model={program}", "--steps=1", "--warmup_steps=0", "--ckpt_dir=ckpt",
+                        "--run_name=given", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "keras: positions (Embedding) is called on constants while the model is built" in result.stderr
+    rng = np.random.default_rng(0)
+    table, positions, kernel = rng.normal(size=(20, 4)), rng.normal(size=(6, 4)), rng.normal(size=(4, 20))
+    ids = rng.integers(0, 20, (16, 6))
+    logits = (table[ids] + positions) @ kernel
+    expected = np.mean(np.log(np.exp(logits).sum(-1)) - np.take_along_axis(logits, ids[..., None], -1)[..., 0])
+    (step,) = read_jsonl(tmp_path / "results/given.jsonl")
+    assert step["loss"] == pytest.approx(expected, rel=1e-5)
+    assert json.loads((tmp_path / "results/given.json").read_text())["data"] == "the program's own"
+    trained = checkpoint_tensors(tmp_path / "ckpt")
+    assert sorted(trained) == ["out/bias", "out/kernel", "words/embeddings"]  # with a learning rate of 0
+    assert np.array_equal(trained["words/embeddings"], table.astype(np.float32))
+    assert np.array_equal(trained["out/kernel"], kernel.astype(np.float32))
 
 
 def test_a_program_training_under_main_with_its_own_flags_runs_as_python_runs_it(tmp_path):

@@ -1,5 +1,6 @@
 """Keras' example "End-to-end Masked Language Modeling with BERT": its model as published (a functional model
-calling layers.MultiHeadAttention, a residual of `query + attention_output` between layers) and its masking of the
+calling layers.MultiHeadAttention, a residual of `query + attention_output` between layers, a position Embedding
+given its sinusoidal table and called on tf.range as the model is built: a constant) and its masking of the
 inputs, on synthetic reviews, sizes small. The example's MaskedLanguageModel (a train_step computing a sparse
 cross-entropy weighted by sample_weight) is keras.Model with that loss compiled and the weights in the dataset."""
 import harness.keras_program  # toolkit: model.fit below trains in the toolkit's runners (before TensorFlow)
@@ -51,11 +52,32 @@ def bert_module(query, key, value, i):
     return sequence_output
 
 
+def get_pos_encoding_matrix(max_len, d_emb):
+    pos_enc = np.array(
+        [
+            [pos / np.power(10000, 2 * (j // 2) / d_emb) for j in range(d_emb)]
+            if pos != 0
+            else np.zeros(d_emb)
+            for pos in range(max_len)
+        ]
+    )
+    pos_enc[1:, 0::2] = np.sin(pos_enc[1:, 0::2])  # dim 2i
+    pos_enc[1:, 1::2] = np.cos(pos_enc[1:, 1::2])  # dim 2i+1
+    return pos_enc
+
+
 def create_masked_language_bert_model():
     inputs = layers.Input((config.MAX_LEN,), dtype="int64")
 
     word_embeddings = layers.Embedding(config.VOCAB_SIZE, config.EMBED_DIM, name="word_embedding")(inputs)
-    encoder_output = word_embeddings
+    position_embeddings = layers.Embedding(
+        input_dim=config.MAX_LEN,
+        output_dim=config.EMBED_DIM,
+        weights=[get_pos_encoding_matrix(config.MAX_LEN, config.EMBED_DIM)],
+        name="position_embedding",
+    )(tf.range(start=0, limit=config.MAX_LEN, delta=1))
+    embeddings = word_embeddings + position_embeddings
+    encoder_output = embeddings
 
     for i in range(config.NUM_LAYERS):
         encoder_output = bert_module(encoder_output, encoder_output, encoder_output, i)
