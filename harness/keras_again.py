@@ -148,14 +148,18 @@ def _layer_call(call):
     layer not the model's its value at load, without making that layer's variables."""
     @functools.wraps(call)
     def layer_call(layer, *args, **kwargs):
-        if not models.LOADING or not _on_constants(args, kwargs):
-            return call(layer, *args, **kwargs)
-        if AGAIN:
-            value = AGAIN[0].take("layer")
+        if not AGAIN:
+            output = call(layer, *args, **kwargs)
+            if models.LOADING and _on_constants(args, kwargs):
+                LOADED[0].keep("layer", (layer, output))
+            return output
+        try:
+            value = AGAIN[0].take("layer") if _on_constants(args, kwargs) else None
             return call(layer, *args, **kwargs) if value is None else constant(value)
-        output = call(layer, *args, **kwargs)
-        LOADED[0].keep("layer", (layer, output))
-        return output
+        except Exception as error:
+            if not hasattr(error, "in_layer"):  # the innermost layer's name, for the one line run_again gives
+                error.in_layer = f"{layer.name} ({type(layer).__name__})"
+            raise
     return layer_call
 
 

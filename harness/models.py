@@ -127,8 +127,11 @@ def run_again(name):
     except UsageError:
         raise
     except Exception as error:
+        layer = f", in layer {error.in_layer}" if hasattr(error, "in_layer") else ""
+        lines = str(error).strip().splitlines()  # a layer's call converted by autograph: its error's last line
+        what = lines[-1].strip() if len(lines) > 1 else f"{type(error).__name__}: {error}"
         raise UsageError(f"making its model again in this runner's graph failed at {_where(error, path)} of "
-                         f"{path}: {type(error).__name__}: {error}") from None
+                         f"{path}{layer}: {what}") from None
     raise UsageError(f"{path} did not reach model.fit or toolkit_trains when run again")
 
 

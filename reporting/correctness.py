@@ -1,4 +1,6 @@
 """Sections 4-5: do the architectures train the same model (verify.json), and the loss curves."""
+import collections
+
 from reporting import analysis, blocks, plots
 
 VERIFY_MISSING = "verify not run: make verify"
@@ -35,7 +37,8 @@ def explanations(results):
     for pair in results.verify["pairs"]:
         if pair["identical"]:
             continue
-        differing = ", ".join(pair["differing_variables"]) or "none named"
+        reference = results.verify_run("reference")
+        differing = differing_variables(pair, len(reference.summary["variables"]) if reference else None)
         sentence = (f"{pair['a']} and {pair['b']} differ (max |diff| {blocks.small(pair['max_abs_diff'])}, "
                     f"{pair['max_ulp'] if pair['max_ulp'] is not None else 'unknown'} ULP; variables: {differing})")
         if pair["cause"]:
@@ -52,6 +55,16 @@ def explanations(results):
         sentences.insert(0, f"Identical, bit for bit: {', '.join(identical)}: every reduction reached the "
                             f"reference's numbers in the reference's order.")
     return sentences
+
+
+def differing_variables(pair, total, named=6):
+    """The variables a pair differs in: named when few; when more, how many of the model's `total` and in which
+    top-level layers (a page of layer paths per pair otherwise; verify.json lists them all)."""
+    names = pair["differing_variables"]
+    if len(names) <= named:
+        return ", ".join(names) or "none named"
+    layers = ", ".join(f"{layer} ({n})" for layer, n in collections.Counter(n.split("/")[0] for n in names).items())
+    return f"{len(names)}{f' of {total}' if total else ''}, in {layers}; each named in verify.json"
 
 
 def training_section(results, figure_path):

@@ -267,6 +267,11 @@ def test_a_lenet_with_batch_normalization_is_refused_in_one_line_naming_the_alte
     (("model = tf.keras.Sequential([", "norm = tf.keras.layers.Normalization(input_shape=(8, 8, 1))\n"
                                        "norm.adapt(images)\nmodel = tf.keras.Sequential([norm, "),
      "normalization (Normalization) is adapted to the data and is a layer of the model"),
+    (("model = tf.keras.Sequential([", "class Probe(tf.keras.layers.Layer):\n    def call(self, x):\n"
+                                       "        if not tf.compat.v1.executing_eagerly_outside_functions():\n"
+                                       "            raise ValueError('not in a graph')\n        return x\n\n\n"
+                                       "model = tf.keras.Sequential([Probe(input_shape=(8, 8, 1)), "),
+     "program.py, in layer probe (Probe): ValueError: not in a graph"),
 ])
 def test_what_a_fit_program_gives_that_the_toolkit_cannot_take_is_one_line(tmp_path, assert_usage_error, change,
                                                                            named):

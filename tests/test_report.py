@@ -11,7 +11,7 @@ from pypdf import PdfReader
 
 from conftest import REPO, missing, pdf_text, without_spaces
 from harness import experiments
-from reporting import blocks, palette
+from reporting import blocks, correctness, palette
 
 VERIFY_RUNS = ["reference", "tf", "horovod", "tf-async"]
 
@@ -157,6 +157,17 @@ def test_report_states_the_verdicts_and_the_measured_figures(verified, without_b
         assert run["environment"]["cpu_model"] in text
     assert "equal at every step" in text  # the synchronous runs' losses coincide with the reference's
     assert "Zaremba" in text and "arXiv:1409.2329" in text
+
+
+def test_many_differing_variables_are_counted_by_layer_and_few_are_named():
+    """At W = 4 a model of layer paths differs in dozens of variables per pair: the report counts them by top-level
+    layer (verify.json names each); a handful it names."""
+    many = {"differing_variables": [f"encoder/block_{i}/kernel" for i in range(10)] + ["decoder/dense/kernel",
+                                                                                       "embedding"]}
+    assert correctness.differing_variables(many, 40) == "12 of 40, in encoder (10), decoder (1), embedding (1); " \
+                                                        "each named in verify.json"
+    assert correctness.differing_variables({"differing_variables": ["softmax_b", "softmax_w"]}, 40) == \
+        "softmax_b, softmax_w"
 
 
 def test_results_without_bench_say_so(without_bench):
