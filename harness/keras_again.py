@@ -18,8 +18,8 @@ from tensorflow.python.data.ops import dataset_ops  # noqa: E402
 from tensorflow.python.framework import ops, tensor as tensor_lib  # noqa: E402
 from tensorflow.python.ops import variables as tf_variables  # noqa: E402
 
-KINDS = {"iteration": "a dataset's elements", "len": "a dataset's length", "numpy": "a tensor's .numpy()",
-         "array": "a tensor as a numpy array", "layer": "a layer's call on constants",
+KINDS = {"iteration": "a dataset's elements", "len": "a dataset's length",
+         "value": "a tensor's value (.numpy(), a numpy array)", "layer": "a layer's call on constants",
          "vocabulary": "a lookup layer's vocabulary"}
 
 
@@ -115,14 +115,12 @@ def _adapted(method):
     return adapt
 
 
-def _symbolic_read(kind):
-    """A symbolic tensor's .numpy() in the program's run again (an attribute only for the program's own code, so
-    that Keras, asking hasattr(x, "numpy"), still tells eager tensors apart)."""
-    def attribute(self):
-        if not (AGAIN and by_the_program()):
-            raise AttributeError("numpy")
-        return lambda: AGAIN[0].take(kind)
-    return property(attribute)
+def _symbolic_numpy(self):
+    """A symbolic tensor's .numpy in the program's run again (an attribute only for the program's own code, so that
+    Keras, asking hasattr(x, "numpy"), still tells eager tensors apart)."""
+    if not (AGAIN and by_the_program()):
+        raise AttributeError("numpy")
+    return lambda: AGAIN[0].take("value")
 
 
 def constant(value):
@@ -167,8 +165,8 @@ for _layer in (base_layer.Layer, base_layer_v1.Layer):
     _layer.__call__ = _layer_call(_layer.__call__)
 dataset_ops.DatasetV2.__iter__ = _iterated(dataset_ops.DatasetV2.__iter__)
 dataset_ops.DatasetV2.__len__ = _read("len", dataset_ops.DatasetV2.__len__)
-ops._EagerTensorBase.numpy = _read("numpy", ops._EagerTensorBase.numpy)
-ops._EagerTensorBase.__array__ = _read("array", ops._EagerTensorBase.__array__)
+ops._EagerTensorBase.numpy = _read("value", ops._EagerTensorBase.numpy)
+ops._EagerTensorBase.__array__ = _read("value", ops._EagerTensorBase.__array__)
 for _lookup in (index_lookup.IndexLookup, text_vectorization.TextVectorization):
     _lookup.get_vocabulary = _read("vocabulary", _lookup.get_vocabulary)
     _lookup.vocabulary_size = _read("vocabulary", _lookup.vocabulary_size)
@@ -228,9 +226,9 @@ def model_again(reads):
     # Keras would evaluate the constant inputs of TensorFlow ops between layers in a session of its own, on the
     # runner's devices, which that session does not have; kept as ops, they are computed where the model runs.
     base_layer_utils._UNSAFE_GRAPH_OP_LAYER_CREATION = True
-    tensor_lib.Tensor.numpy = _symbolic_read("numpy")
+    tensor_lib.Tensor.numpy = property(_symbolic_numpy)
     tensor_lib.Tensor.__array__ = lambda self, dtype=None: (
-        AGAIN[0].take("array") if by_the_program() else _symbolic_array(self, dtype))
+        AGAIN[0].take("value") if by_the_program() else _symbolic_array(self, dtype))
     try:
         for kind in layer_kinds:
             kind.add_weight = counted(kind.add_weight)
