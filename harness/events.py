@@ -11,10 +11,22 @@ import time
 MARKER = "@event "
 PORTS_FD = "LSTMNET_PORTS_FD"  # in an emulated cluster's tasks: the switch's /proc/net/dev, inherited open
 HOST_INTERFACE = "LSTM_HOST_INTERFACE"  # in one worker a host (launch --count_bytes): the interface it counts
+FAULT_STEP = "LSTM_FAULT_AFTER_STEP"  # in the chief of a run with --fault=TASK:STEP: the step it waits after
+HOLD_SECONDS = 600  # a fault comes in seconds, over ssh too; a chief still waiting then says so and stops
 
 
 def announce(name, **fields):
     print(MARKER + json.dumps({"event": name, "at": time.monotonic(), **fields}), flush=True)
+
+
+def progress(steps_done):
+    """Announce the steps done; in a run with a fault after a step (FAULT_STEP), wait there to be killed, so that
+    what the fault interrupts is that step, however late the launcher reads this line."""
+    announce("progress", steps_done=steps_done)
+    fault_step = os.environ.get(FAULT_STEP)
+    if fault_step and steps_done >= int(fault_step):
+        time.sleep(HOLD_SECONDS)
+        raise SystemExit(f"fault: waited {HOLD_SECONDS} s after step {steps_done} and no fault came")
 
 
 def parse(line):

@@ -76,7 +76,8 @@ class Recorder:
                 tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]), step)
             self.steps_log.flush()
             self.progress_seconds = self.progress_words = 0.0
-            self.announce("progress", steps_done=step + 1)  # the launcher's faults act on it (tasks.Fault)
+            if self.args.events:  # the launcher's faults act on it (tasks.Fault)
+                events.progress(steps_done=step + 1)
         # The links' bytes over the measured steps (netns.ByteCounter): read here, exactly at these two points.
         if step + 1 == self.measured_from:
             self.announce("measured_steps_begin", after_step=step + 1, ports=events.switch_ports())

@@ -40,9 +40,10 @@ def place(num_workers, num_ps, hosts=None, machines=1):
 @dataclasses.dataclass
 class Fault:
     """A crash on purpose (--fault): SIGKILL to `task`'s process group ("ps0", "worker1") or to the launcher itself
-    ("launcher"), once the chief's "progress" event (every --log_every steps) says `after_step` steps are done, or
-    `after_seconds` after the tasks started; with `checkpoint` ((step, stage)), the chief kills itself at that
-    stage of writing that checkpoint (checkpoints.FAULT_ENV). `text`: as the flag gave it."""
+    ("launcher"), once the chief's "progress" event (every --log_every steps) says `after_step` steps are done (the
+    chief waits there to be killed: events.FAULT_STEP), or `after_seconds` after the tasks started; with
+    `checkpoint` ((step, stage)), the chief kills itself at that stage of writing that checkpoint
+    (checkpoints.FAULT_ENV). `text`: as the flag gave it."""
     text: str
     task: str
     after_step: int = None
@@ -53,8 +54,13 @@ class Fault:
     started: float = None
 
     def env(self, name):
-        """The environment task `name` needs for this fault: the chief's checkpoint to die in."""
-        return {FAULT_ENV: "{}:{}".format(*self.checkpoint)} if self.checkpoint and name == "worker0" else {}
+        """The environment task `name` needs for this fault: the chief's checkpoint to die in, or its step to wait
+        after until the fault comes."""
+        if name != "worker0":
+            return {}
+        if self.checkpoint:
+            return {FAULT_ENV: "{}:{}".format(*self.checkpoint)}
+        return {events.FAULT_STEP: str(self.after_step)} if self.after_step is not None else {}
 
     def watch(self, name, line, running):
         event = events.parse(line) if name == "worker0" else None

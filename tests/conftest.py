@@ -19,6 +19,7 @@ from pypdf import PdfReader
 import tensorflow as tf
 
 from harness import REPO
+from launcher.starters.local import LocalProcess
 
 
 # make test runs two groups of tests at a time (pytest-xdist, -n 2). A group is a module; the longest go first, so
@@ -65,6 +66,12 @@ def run_script(script, *flags, cwd, timeout=300):
     """Runs one of the repository's scripts in `cwd` (where its outputs go) and returns the CompletedProcess."""
     return subprocess.run([sys.executable, os.path.join(REPO, script), *flags], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def free_ports(count):
+    """`count` ports free now, below the ephemeral range as the launcher draws them: an outgoing connection meanwhile
+    cannot take one before its server binds it."""
+    return LocalProcess().free_ports("127.0.0.1", count)
 
 
 def run_module(module, *flags, cwd, timeout=300):
@@ -240,11 +247,11 @@ def processes_with(marker):
 
 
 @contextlib.contextmanager
-def long_run(architecture, marker, cwd, *launcher_flags):
+def long_run(architecture, marker, cwd, *launcher_flags, runner_flags=()):
     """A 2-worker run through the launcher that would train for ever, named `marker`, from the moment its
     chief has logged step 10; killed at the end of the block if it is still running."""
     process = launch(architecture, "--workers=2", *launcher_flags, "--", "--config=tiny", "--steps=1000000",
-                     "--log_every=10", f"--run_name={marker}", cwd=cwd, stdout=subprocess.PIPE,
+                     "--log_every=10", f"--run_name={marker}", *runner_flags, cwd=cwd, stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE)
     try:
         while "[worker0] [run_" not in (line := process.stdout.readline()) or " step 10/" not in line:
@@ -349,9 +356,7 @@ def ssh_config(tmp_path_factory):
     directory = tmp_path_factory.mktemp("sshd")
     for key in ("host_key", "client_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(directory / key)], check=True)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)
     (directory / "sshd_config").write_text(f"""Port {port}
 ListenAddress 127.0.0.1
 ListenAddress 127.0.0.2

@@ -434,7 +434,8 @@ def test_a_node_cut_off_ends_the_job_naming_it_and_its_tasks_stop_there(nodes, s
     monkeypatch.setenv("LIFELINE_SILENCE_SECONDS", "10")
     marker = f"cluster-cut-{uuid.uuid4().hex[:8]}"
     namespace = f"{cluster.PREFIX}-node2"
-    with long_run("tf", marker, shared_work, "--hosts=node1:1,node2:1") as process:
+    # the tasks' own watch (--timeout) longer than ssh's keep-alives: ssh is the one that notices first
+    with long_run("tf", marker, shared_work, "--hosts=node1:1,node2:1", runner_flags=["--timeout=60"]) as process:
         on_node2 = task_pid(marker, "worker", 1)
         subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "down"], check=True)
         try:

@@ -2,26 +2,17 @@
 flags: tasks started by hand, each with its own TF_CONFIG, on the tiny config."""
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, bit_identical, checkpoint_tensors, launch_and_wait, run_script
+from conftest import REPO, bit_identical, checkpoint_tensors, free_ports, launch_and_wait, run_script
 from harness import UsageError, runner_flags
 
 TINY = ["--config=tiny", "--steps=20", "--warmup_steps=5", "--log_every=10"]
 
 
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def test_tasks_given_tf_config_train_as_the_flag_given_cluster(tmp_path):
