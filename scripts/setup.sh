@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 
 die() { echo "setup: $*" >&2; exit 2; }
 say() { echo "setup: $*"; }
+# A program that runs: bash's `command -v` also names a file on PATH that cannot be executed.
+have() { local path; path=$(command -v "$1") && [ -x "$path" ]; }
 
 VENV=.venv
 CACHE=${LSTM_DIST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lstm-dist}
@@ -16,16 +18,36 @@ CACHE=${LSTM_DIST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lstm-dist}
 PYTHON=$(scripts/find_python.sh) || exit 2
 version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-# 2. What Horovod's build needs (required), then what some targets or only the tests use (optional, each with
-#    what it serves): apt-get installs both when we are root on Debian/Ubuntu; without root, a missing required
-#    package stops setup and the optional ones are named once.
+# 2. Horovod's wheel, if a build for this Python, TensorFlow and controllers is cached (a lab's shared
+#    LSTM_DIST_CACHE hands one over): then its build's packages are not needed.
+pins=$(sed -e 's/\s*#.*//' requirements.txt | grep -Ev '^\s*$')  # pins, without comments
+hvd_pin=$(echo "$pins" | grep '^horovod==')
+hvd_version=${hvd_pin#horovod==}
+tf_version=$(echo "$pins" | sed -n 's/^tensorflow-cpu==//p')
+py_tag=$("$PYTHON" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+controllers=gloo
+if have mpicxx; then controllers=gloo-mpi; fi
+key="horovod-$hvd_version-tf-$tf_version-$py_tag-$controllers"
+wheel_dir="$CACHE/wheels/$key"
+cached=false
+if ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then cached=true; fi
+
+# 3. What setup needs (required), then what some targets or only the tests use (optional), each with what it
+#    serves: apt-get installs both when we are root on Debian/Ubuntu; without root, every missing one is named
+#    at once, in one apt-get line, and a missing required one stops setup.
 missing=() optional=()
-command -v cmake >/dev/null || missing+=(cmake)
-command -v g++ >/dev/null || missing+=(g++)
-"$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
-  || missing+=("python$version-dev")
-"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=("python$version-venv")
-want() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] || optional+=("$2:$3"); }
+need() { missing+=("$1:$2"); }
+want() { have "$1" || [ -x "/usr/sbin/$1" ] || optional+=("$2:$3"); }
+"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need "python$version-venv" "the virtual environment"
+have cc || need gcc "the launcher's host-name shim"
+if $cached; then
+  say "Horovod's wheel is cached ($wheel_dir): its build's packages are not needed"
+else
+  have cmake || need cmake "Horovod's build"
+  have g++ || need g++ "Horovod's build"
+  "$PYTHON" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || need "python$version-dev" "Horovod's build"
+fi
 want ssh openssh-client "HOSTS= runs"
 # OpenMPI lets Horovod be built with MPI as well as Gloo (make run-horovod MPI=1, Slurm's srun --mpi).
 want mpicxx "openmpi-bin libopenmpi-dev" "MPI=1"
@@ -41,40 +63,33 @@ if [ "${LSTM_DIST_MINIMAL:-0}" != 1 ]; then
   want slurmd slurm-wlm "make cluster and the Slurm tests"
   want munged munge "make cluster and the Slurm tests"
 fi
-can_apt=false; [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && can_apt=true
-packages=("${missing[@]}") ; for item in "${optional[@]}"; do packages+=(${item%%:*}); done
+named() { for item in "$@"; do printf '%s (%s), ' "${item%%:*}" "${item#*:}"; done | sed 's/, $//'; }
+packages=() ; for item in "${missing[@]}" "${optional[@]}"; do packages+=(${item%%:*}); done
+can_apt=false; [ "$(id -u)" = 0 ] && have apt-get && can_apt=true
 if [ ${#packages[@]} -gt 0 ] && $can_apt; then
   say "installing ${packages[*]} with apt-get"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
 elif [ ${#missing[@]} -gt 0 ]; then
-  die "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) and rerun make setup"
+  also=""; [ ${#optional[@]} -gt 0 ] && also="; optional, also missing: $(named "${optional[@]}")"
+  die "missing $(named "${missing[@]}")$also: sudo apt-get install ${packages[*]}, then rerun make setup"
 elif [ ${#optional[@]} -gt 0 ]; then
-  say "not installed (optional; sudo apt-get install adds them): $(for item in "${optional[@]}"; do
-    printf '%s (%s), ' "${item%%:*}" "${item#*:}"; done | sed 's/, $//')"
+  say "not installed (optional; sudo apt-get install ${packages[*]} adds them): $(named "${optional[@]}")"
 fi
 
-# 3. The virtual environment and every pin but Horovod.
+# 4. The virtual environment and every pin but Horovod.
 [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PYTHON" -m venv "$VENV"; }
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-pins=$(sed -e 's/\s*#.*//' requirements.txt | grep -Ev '^\s*$')  # pins, without comments
 say "installing $(echo "$pins" | grep -v '^horovod' | tr '\n' ' ')"
 "${PIP[@]}" install -q $(echo "$pins" | grep -v '^horovod')
 
-# 4. The host-name shim the launcher preloads into Horovod's ranks on hosts whose name is on loopback
+# 5. The host-name shim the launcher preloads into Horovod's ranks on hosts whose name is on loopback
 #    (launcher/gloo_hostname.c says why).
 shim="$VENV/lib/gloo_hostname.so"
 if [ ! -e "$shim" ] || [ launcher/gloo_hostname.c -nt "$shim" ]; then
   cc -shared -fPIC -O2 -o "$shim" launcher/gloo_hostname.c -ldl || die "building $shim failed"
 fi
 
-# 5. Horovod, from the cached wheel or built from source.
-hvd_pin=$(echo "$pins" | grep '^horovod==')
-hvd_version=${hvd_pin#horovod==}
-tf_version=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
-py_tag=$("$VENV/bin/python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-controllers=gloo
-if command -v mpicxx >/dev/null; then controllers=gloo-mpi; fi
-key="horovod-$hvd_version-tf-$tf_version-$py_tag-$controllers"
+# 6. Horovod, from the cached wheel or built from source.
 stamp="$VENV/.horovod-build"
 
 check_build() {
@@ -86,8 +101,7 @@ check_build() {
 if [ "$(cat "$stamp" 2>/dev/null)" = "$key" ] && check_build; then
   say "horovod $hvd_version already built for this environment ($key)"
 else
-  wheel_dir="$CACHE/wheels/$key"
-  if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+  if ! $cached; then
     say "building horovod $hvd_version from source with $controllers (about 7 minutes on 2 cores)"
     build_dir=$(mktemp -d)
     trap 'rm -rf "$build_dir"' EXIT

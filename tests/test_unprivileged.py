@@ -50,10 +50,15 @@ def student():
         environment = {"HOME": home, "PATH": PATH, "LSTM_DIST_CACHE": os.path.join(work, "cache"),
                        **{k: v for k, v in os.environ.items() if k.startswith("PIP_")}}
 
-        def as_user(*argv, timeout=900):
-            return subprocess.run(["runuser", "-u", USER, "--", "env", "-i",
-                                   *(f"{k}={v}" for k, v in environment.items()), *argv],
-                                  cwd=repo, capture_output=True, text=True, timeout=timeout)
+        def as_user(*argv, timeout=900, hidden=(), **variables):
+            """`argv` run as the user; with `hidden` [(a path, what stands in for it)], in a mount namespace of
+            its own where each path is that stand-in, as on a machine without what the path held."""
+            command = ["runuser", "-u", USER, "--", "env", "-i",
+                       *(f"{k}={v}" for k, v in {**environment, **variables}.items()), *argv]
+            if hidden:
+                mounts = " && ".join(f"mount --bind {stand_in} {path}" for path, stand_in in hidden)
+                command = ["unshare", "--mount", "sh", "-c", f'{mounts} && exec "$@"', "sh", *command]
+            return subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=timeout)
         for key, value in (("user.name", "Student"), ("user.email", "student@example.org")):
             as_user("git", "config", key, value)
         yield as_user, repo
@@ -74,10 +79,60 @@ def set_up(student):
     return result
 
 
+def without_build_packages(tmp_path):
+    """[(path, stand-in)] hiding from the user's Python its headers (pythonX.Y-dev), venv's ensurepip
+    (pythonX.Y-venv), and cmake and bubblewrap: an unprivileged user's machine that lacks them."""
+    python = subprocess.run(["env", "-i", f"PATH={PATH}", "sh", "-c", f"{REPO}/scripts/find_python.sh"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    include, ensurepip, version = subprocess.run(
+        ["env", "-i", f"PATH={PATH}", python, "-c", "import sys, sysconfig, ensurepip; print(sysconfig.get_paths()"
+         "['include'], ensurepip.__path__[0], '%d.%d' % sys.version_info[:2])"],
+        capture_output=True, text=True, check=True).stdout.split()
+    not_executable, empty, failing = tmp_path / "not-installed", tmp_path / "empty", tmp_path / "ensurepip"
+    not_executable.write_text("")
+    empty.mkdir()
+    failing.mkdir()
+    (failing / "__init__.py").write_text("raise ImportError('not installed')\n")
+    for made in (not_executable, empty, failing, failing / "__init__.py"):
+        made.chmod(0o755 if made.is_dir() else 0o644)
+    tmp_path.chmod(0o755)
+    programs = [shutil.which(name, path=PATH) for name in ("cmake", "bwrap")]
+    if None in programs:
+        missing("cmake or bwrap not installed: make setup installs them")
+    return [(include, empty), (ensurepip, failing), *((program, not_executable) for program in programs)], version
+
+
+def test_setup_without_the_build_packages_names_every_missing_one_at_once(student, tmp_path):
+    """Without a cached Horovod wheel: the required packages (the venv's, the build's) and the optional one,
+    each with what needs it, in one apt-get line, before anything is made."""
+    as_user, repo = student
+    hidden, version = without_build_packages(tmp_path)
+    result = as_user("bash", "scripts/setup.sh", hidden=hidden, LSTM_DIST_CACHE=str(tmp_path / "no-cache"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line == (f"setup: missing python{version}-venv (the virtual environment), cmake (Horovod's build), "
+                    f"python{version}-dev (Horovod's build); optional, also missing: bubblewrap (make grade's "
+                    f"sandbox): sudo apt-get install python{version}-venv cmake python{version}-dev bubblewrap, "
+                    f"then rerun make setup")
+
+
+def test_setup_with_a_cached_wheel_needs_no_build_package(student, tmp_path):
+    """A lab's shared wheel cache (LSTM_DIST_CACHE) is looked up first: with the wheel there, only the venv's
+    package is required."""
+    as_user, repo = student
+    hidden, version = without_build_packages(tmp_path)
+    result = as_user("bash", "scripts/setup.sh", hidden=hidden)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "setup: Horovod's wheel is cached" in result.stdout
+    assert result.stderr.strip() == (f"setup: missing python{version}-venv (the virtual environment); optional, "
+                                     f"also missing: bubblewrap (make grade's sandbox): sudo apt-get install "
+                                     f"python{version}-venv bubblewrap, then rerun make setup")
+
+
 def test_make_setup_makes_the_user_s_own_venv(set_up, student):
     as_user, repo = student
     assert os.stat(os.path.join(repo, ".venv", "pyvenv.cfg")).st_uid == pwd.getpwnam(USER).pw_uid
-    assert "apt-get" not in set_up.stdout.replace("sudo apt-get install adds them", "")
+    assert "with apt-get" not in set_up.stdout  # ("setup: installing ... with apt-get": as root only)
     checked = as_user(".venv/bin/horovodrun", "--check-build")
     assert "[X] TensorFlow" in checked.stdout and "[X] Gloo" in checked.stdout
 
