@@ -409,6 +409,9 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
                       "step_over_point", "inside_interval")
         return dict(record, outside_the_model=NOT_EMULATED, **dict.fromkeys(unmodelled))
     counted = results.read_json(results.network_path(args.runs_dir, run_name))
+    if counted is None:  # the launcher saw no counters of some host at the measured steps' ends
+        raise SystemExit(f"bench: {runner} at W={num_workers}: its bytes were not counted over the measured steps "
+                         f"({results.network_path(args.runs_dir, run_name)} is empty)")
     if args.hosts:
         record["hosts"] = results.read_json(results.hosts_path(args.runs_dir, run_name), "hosts")["hosts"]
     measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]

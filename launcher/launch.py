@@ -308,7 +308,8 @@ def run_job(args, starter):
     worker_hosts, ps_hosts = starter.place(args.workers, args.ps)
     preflight.check(starter, args.require_shared_workdir or args.search,  # other hosts: ready, or named
                     gloo=architecture.horovod_ranks and not args.mpi, model=models.path_of(runner_args.model))
-    counter = HostByteCounter(starter, worker_hosts) if args.count_bytes else starter.byte_counter()
+    counter = (HostByteCounter(starter, worker_hosts, asynchronous=not getattr(runner_args, "sync", True))
+               if args.count_bytes else starter.byte_counter())
     model, config = models.from_flags(runner_args)
     gloo_timeout = gloo_timeout_seconds(model, config, args.workers, args.net)
 

@@ -153,15 +153,21 @@ def test_make_bench_across_two_nodes_measures_their_links_and_bytes_as_the_model
     shutil.copy(measured_costs / "bench-costs.json", os.path.join(results_dir, "lstm"))
     bench = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "bench", "HOSTS=node1:1,node2:1",
                             "CONFIG=small", "STEPS=12", "WARMUP=4", f"RESULTS={results_dir}",
-                            f"CKPT_DIR={shared_work}/checkpoints", "ARGS=--runners=tf,horovod,parallax"],
+                            f"CKPT_DIR={shared_work}/checkpoints", "ARGS=--runners=tf,horovod,parallax,tf-async"],
                            capture_output=True, text=True, timeout=900)
     assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr
     assert "bench: measuring the links between node1, node2" in bench.stdout
     assert "bench: measuring the protocols' costs" not in bench.stdout  # the session's, given
     records = [json.loads(line) for line in open(os.path.join(results_dir, "lstm", "bench.jsonl"))]
-    assert sorted(r["runner"] for r in records) == ["horovod", "parallax", "tf"]
+    assert sorted(r["runner"] for r in records) == ["horovod", "parallax", "tf", "tf-async"]
     rate = netns.Link.parse(NET).bits_per_second
-    for record in records:
+    # asynchronous: each host's bytes counted over the chief's measured steps, against the workers' paces; no
+    # step to price
+    (unpriced,) = [r for r in records if r["runner"] == "tf-async"]
+    assert unpriced["outside_the_model"].startswith("asynchronous") and unpriced["point_seconds"] is None
+    assert all(m["sent"] > 0 and m["received"] > 0 for m in unpriced["measured_bytes_per_step"])
+    assert 0.5 < unpriced["bytes_measured_over_predicted"] < 2, unpriced
+    for record in (r for r in records if r is not unpriced):
         assert not record["emulated"] and record["workers"] == 2 and record["machines"] == 2
         pairs = {(p["source"], p["destination"]): p for p in record["link_probe"]}
         assert set(pairs) == {("node1", "node2"), ("node2", "node1")}

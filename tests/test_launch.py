@@ -9,9 +9,11 @@ import time
 import pytest
 
 from conftest import REPO, launcher_usage_error, run_module
+from harness import events
 from launcher import lifeline
 from launcher.starters import local
 from launcher.starters.local import LocalProcess
+from launcher.starters.remote import HostByteCounter
 
 # A task that ignores SIGTERM but says when it arrived (CLOCK_MONOTONIC: one clock for every process).
 IGNORES_SIGTERM = """import signal, time
@@ -132,3 +134,34 @@ def test_gloo_waits_long_enough_for_the_first_broadcast_on_a_slow_link():
     assert launch.gloo_timeout_seconds(lstm, config, 6, None) == launch.GLOO_TIMEOUT_SECONDS  # no emulated link
     # a small model on a fast link: about the default
     assert launch.gloo_timeout_seconds(lstm, lstm.CONFIGS["tiny"], 8, netns.Link.parse("1gbit")) <= 31
+
+
+def test_an_asynchronous_run_s_other_hosts_are_counted_when_the_chief_s_window_begins_and_ends():
+    """make bench HOSTS= counts each host's bytes over the chief's measured steps (launch --count_bytes). An
+    asynchronous run's other workers number their own steps: their host's counters are those last seen when the
+    chief's events arrive, not those after a step of the same number; a synchronous run's are by step."""
+    class TwoHosts:  # what the counter asks of its starter: the hosts, and the interface to a host
+        hosts = [("127.0.0.1", 1), ("127.0.0.2", 1)]
+
+        def interface_on(self, host, address):
+            return ("lo", "127.0.0.0/8")
+
+    def event(name, **fields):
+        return events.MARKER + json.dumps({"event": name, "at": 0.0, **fields}) + "\n"
+    # as the launcher reads them: worker1 runs ahead of the chief, whose window is after its steps 1 and 3
+    lines = [("worker1", event("host_bytes", after_step=1, sent=10, received=1)),
+             ("worker1", event("host_bytes", after_step=2, sent=20, received=2)),
+             ("worker0", event("measured_steps_begin", after_step=1)),
+             ("worker0", event("host_bytes", after_step=1, sent=1000, received=100)),
+             *(("worker1", event("host_bytes", after_step=s, sent=10 * s, received=s)) for s in (3, 4, 5)),
+             ("worker0", event("host_bytes", after_step=2, sent=2000, received=200)),
+             ("worker0", event("measured_steps_end", after_step=3)),
+             ("worker0", event("host_bytes", after_step=3, sent=3000, received=300))]
+    for asynchronous, other in ((True, (15.0, 1.5)), (False, (10.0, 1.0))):
+        counter = HostByteCounter(TwoHosts(), ["127.0.0.1", "127.0.0.2"], asynchronous)
+        for task, line in lines:
+            counter.watch(task, line, {})
+        counted = counter.result([])
+        assert (counted["from_step"], counted["to_step"], counted["steps"]) == (1, 3, 2)
+        assert [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]] == [
+            (1000.0, 100.0), other]

@@ -186,9 +186,10 @@ class HostByteCounter:
     """Each host's bytes over the measured steps (launch --count_bytes): the first worker on each host announces its
     host's interface counters after every step (events.host_bytes), and the chief's measured_steps events say which
     steps to difference. The interface is the one the host reaches this machine through; its counters include
-    every frame's header, as an emulated switch's do."""
+    every frame's header, as an emulated switch's do. `asynchronous`: the other workers' steps are their own, so
+    each other host's counters are those last seen when the chief's event arrives."""
 
-    def __init__(self, starter, worker_hosts):
+    def __init__(self, starter, worker_hosts, asynchronous=False):
         self.hosts = [host for host, _ in starter.hosts]
         self.counting = {}  # host: the worker that counts its bytes
         for i, host in enumerate(worker_hosts):
@@ -197,6 +198,9 @@ class HostByteCounter:
         self.interfaces = {host: starter.interface_on(host, address_towards(host)[0]) for host in self.counting}
         self.samples = {host: {} for host in self.counting}  # host: {after_step: (sent, received)}
         self.window = {}  # after_step: the chief's time.monotonic() then
+        self.asynchronous = asynchronous
+        self.last_seen = {}  # host: its latest (sent, received)
+        self.seen_at_window = {}  # after_step: last_seen when the chief's event for it arrived
 
     def env(self, task):
         """The variable that makes `task` count its host's bytes, if it is the worker that does."""
@@ -208,9 +212,17 @@ class HostByteCounter:
         if not event:
             return
         if event["event"] == "host_bytes" and task in self.host_of:
-            self.samples[self.host_of[task]][event["after_step"]] = (event["sent"], event["received"])
+            host = self.host_of[task]
+            self.samples[host][event["after_step"]] = self.last_seen[host] = (event["sent"], event["received"])
         elif task == "worker0" and event["event"] in ("measured_steps_begin", "measured_steps_end"):
             self.window[event["after_step"]] = event["at"]
+            self.seen_at_window[event["after_step"]] = dict(self.last_seen)
+
+    def sample(self, host, step):
+        """`host`'s counters after the chief's `step`, or None if never seen."""
+        if self.asynchronous and self.counting[host] != "worker0":
+            return self.seen_at_window.get(step, {}).get(host)
+        return self.samples[host].get(step)
 
     def result(self, tasks):
         """The measured bytes per step of each host (None for a host without a worker), or None if the window or a
@@ -218,13 +230,14 @@ class HostByteCounter:
         if len(self.window) < 2:
             return None
         (first, begun), (last, ended) = sorted(self.window.items())
-        if any(first not in seen or last not in seen for seen in self.samples.values()):
+        if any(self.sample(host, step) is None for host in self.counting for step in (first, last)):
             return None
         steps = last - first
 
         def per_step(host, direction):
-            seen = self.samples.get(host)
-            return (seen[last][direction] - seen[first][direction]) / steps if seen else None
+            if host not in self.counting:
+                return None
+            return (self.sample(host, last)[direction] - self.sample(host, first)[direction]) / steps
         return {"link": "hosts", "from_step": first, "to_step": last, "steps": steps, "seconds": ended - begun,
                 "machines": [{"host": host, "interface": (self.interfaces.get(host) or (None,))[0],
                               "tasks": [t.name for t in tasks if t.host == host],
