@@ -27,12 +27,12 @@ import harness.determinism  # (first: it fixes TensorFlow's kernels)
 from harness import environment, experiments, flags, models, results
 from launcher import preflight, tasks
 from harness.experiments import RUNS
+from launcher.machines import Emulated, Hosts, Loopback
 from launcher.starters import netns
 from launcher.starters.ssh import Ssh
 
 from bench import costs, crossover, link_probe, predict, traffic
 
-CORES = len(os.sched_getaffinity(0))
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 # Without root the machines cannot be emulated: every task runs on this machine's loopback.
 NOT_EMULATED = ("links not emulated: every task on this machine's loopback, unshaped (network namespaces need "
@@ -79,35 +79,14 @@ def parse_flags(argv=None):
     args = flags.parse(parser, argv)
     if args.batch_size:
         raise harness.UsageError("--batch_size: the bench sets each run's (--scaling)")
-    if args.hosts:  # their links are measured (main), not emulated
-        if args.net or args.delay:
-            raise harness.UsageError("--net, --delay: not with --hosts (the hosts' links are measured, not emulated)")
-        if len({host for host, _ in args.hosts}) < 2:
-            raise harness.UsageError("--hosts: two or more hosts (one host's tasks cross no link)")
-        args.net = []
-        for flag in ("results_dir", "ckpt_dir"):  # the hosts write there; this machine reads it back
-            if not os.path.abspath(getattr(args, flag)).startswith(os.path.join(os.getcwd(), "")):
-                raise harness.UsageError(f"--{flag}={getattr(args, flag)}: with --hosts, a directory under this "
-                                         f"working directory, which every host shares")
-    if args.net is None:
-        args.net = [netns.Link.parse("100mbit") if os.geteuid() == 0 else None]
-        if args.net[0] is None:
-            print(f"bench: not root, so {NOT_EMULATED}", flush=True)
-    emulated = [link for link in args.net if link]
-    if emulated and os.geteuid() != 0:
-        raise harness.UsageError(f"--net={','.join(link.rate for link in emulated)}: emulated links need root "
-                                 f"(network namespaces, tc); without root, --net=loopback")
-    if args.delay:
-        if len(emulated) < len(args.net):
-            raise harness.UsageError("--delay: not with --net=loopback (nothing is emulated)")
-        args.net = [dataclasses.replace(link, delay=args.delay) for link in args.net]
+    args.swept = swept_machines(args)
     model = models.load(args.model)
     if args.quick:
         args.repeats, args.workers, args.steps, args.warmup_steps = 1, ["2"], 16, 6
     args.configs = args.configs or ([next(iter(model.CONFIGS))] if args.quick else models.bench_configs(model))
-    if len(set(map(link_name, args.net))) < len(args.net):
-        raise harness.UsageError(f"--net: a rate named twice ({', '.join(map(link_name, args.net))})")
-    if args.crossover and len(args.net) > 1:
+    if len({machines.name for machines in args.swept}) < len(args.swept):
+        raise harness.UsageError(f"--net: a rate named twice ({', '.join(m.name for m in args.swept)})")
+    if args.crossover and len(args.swept) > 1:
         raise harness.UsageError("--crossover: one --net rate (the crossover of each rate is a sweep of its own)")
     if args.crossover:
         for name, value in (("runners", [crossover.ALLGATHER, crossover.HYBRID]), ("workers", ["2", "4", "6", "8"])):
@@ -119,16 +98,13 @@ def parse_flags(argv=None):
         if name not in model.CONFIGS:
             raise harness.UsageError(f"--configs: model {args.model} has no config {name!r} (it has "
                                      f"{', '.join(model.CONFIGS)})")
-    if args.hosts and not parser["workers"].present:  # a worker a slot
-        args.workers = [str(sum(slots for _, slots in args.hosts))]
+    if args.swept[0].slots and not parser["workers"].present:  # a worker a slot
+        args.workers = [str(args.swept[0].slots)]
     if not all(w.isdigit() and int(w) >= 1 for w in args.workers):
         raise harness.UsageError(f"--workers={','.join(args.workers)}: expected worker counts, each at least 1")
     args.workers = [int(w) for w in args.workers]
-    if args.hosts:
-        slots, hosts = sum(slots for _, slots in args.hosts), len(args.hosts)
-        if not all(hosts <= w <= slots for w in args.workers):
-            raise harness.UsageError(f"--workers={','.join(map(str, args.workers))}: with --hosts, from {hosts} (a "
-                                     f"worker on each host) to {slots} (their slots)")
+    for machines in args.swept:
+        machines.check_workers(args.workers)
     for name in args.configs:
         for w in args.workers:
             if args.scaling == "strong" and models.config(model, name).batch_size % w:
@@ -142,18 +118,30 @@ def link_list(text):
     return [None if rate.strip() == "loopback" else netns.Link.parse(rate) for rate in text.split(",")]
 
 
-def link_name(link):
-    return link.rate if link else "loopback"
-
-
-def on_host(args, host, argv):
-    """`argv` as run on `host` (--hosts), or here."""
-    return Ssh(args.hosts).command(host, argv) if args.hosts else argv
-
-
-def worker_hosts(args, num_workers):
-    """Where the launcher puts each worker: a host's slots in order (--hosts), else None each (this machine)."""
-    return tasks.place(num_workers, 0, args.hosts)[0] if args.hosts else [None] * num_workers
+def swept_machines(args):
+    """The machines of --hosts or of each --net rate (launcher.machines), checked."""
+    if args.hosts:  # their links are measured (main), not emulated
+        if args.net or args.delay:
+            raise harness.UsageError("--net, --delay: not with --hosts (the hosts' links are measured, not emulated)")
+        if len({host for host, _ in args.hosts}) < 2:
+            raise harness.UsageError("--hosts: two or more hosts (one host's tasks cross no link)")
+        for flag in ("results_dir", "ckpt_dir"):  # the hosts write there; this machine reads it back
+            if not os.path.abspath(getattr(args, flag)).startswith(os.path.join(os.getcwd(), "")):
+                raise harness.UsageError(f"--{flag}={getattr(args, flag)}: with --hosts, a directory under this "
+                                         f"working directory, which every host shares")
+        return [Hosts(hosts=tuple(args.hosts))]
+    links = args.net or [netns.Link.parse("100mbit") if os.geteuid() == 0 else None]
+    if args.net is None and links[0] is None:
+        print(f"bench: not root, so {NOT_EMULATED}", flush=True)
+    emulated = [link for link in links if link]
+    if emulated and os.geteuid() != 0:
+        raise harness.UsageError(f"--net={','.join(link.rate for link in emulated)}: emulated links need root "
+                                 f"(network namespaces, tc); without root, --net=loopback")
+    if args.delay:
+        if len(emulated) < len(links):
+            raise harness.UsageError("--delay: not with --net=loopback (nothing is emulated)")
+        links = [dataclasses.replace(link, delay=args.delay) for link in links]
+    return [Emulated(link=link) if link else Loopback() for link in links]
 
 
 def common_flags(args, run_name):
@@ -205,11 +193,11 @@ def run_config(args, num_workers):
     return config
 
 
-def one_device(args):
+def one_device(args, machines):
     """run.py's throughput on one device: the compute of the config's batch, and the base of every speed-up."""
     name = f"bench-{args.config}-one-device"
-    run_quietly([on_host(args, worker_hosts(args, 1)[0], [sys.executable, os.path.join(REPO, "run.py"),
-                                                         *common_flags(args, name), "--emulate_workers=1"])],
+    run_quietly([machines.command(machines.worker_hosts(1)[0], [sys.executable, os.path.join(REPO, "run.py"),
+                                                                *common_flags(args, name), "--emulate_workers=1"])],
                 f"run.py (the compute time of {args.config})")
     return results.read_json(results.summary_path(args.runs_dir, name), "summary")["throughput"]
 
@@ -221,15 +209,15 @@ def step_trace(args):
     return next(json.loads(line) for line in output.splitlines() if line.startswith('{"needed"'))
 
 
-def synchronous_compute(args, num_workers, kind="compute"):
+def synchronous_compute(args, machines, num_workers, kind="compute"):
     """(compute seconds of a synchronous W-worker step, the runs' names): the median step of the slowest of W run.py
     at once on a worker's batch each, each where its worker runs. Measured, not scaled: copies at once on one
     machine run slower than one alone."""
     batch_size = run_config(args, num_workers).batch_size // num_workers
-    names = [f"bench-{args.config}-{kind}-{link_name(args.net)}-w{num_workers}-{c}" for c in range(num_workers)]
-    run_quietly([on_host(args, host, [sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
-                                      f"--batch_size={batch_size}"])
-                 for name, host in zip(names, worker_hosts(args, num_workers))],
+    names = [f"bench-{args.config}-{kind}-{machines.name}-w{num_workers}-{c}" for c in range(num_workers)]
+    run_quietly([machines.command(host, [sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
+                                         f"--batch_size={batch_size}"])
+                 for name, host in zip(names, machines.worker_hosts(num_workers))],
                 f"{num_workers} run.py at once (the compute of {args.config} at W={num_workers})")
     seconds = [[r["seconds"] for _, r in results.read_lines(results.steps_path(args.runs_dir, name), "step")
                 if r["step"] >= args.warmup_steps] for name in names]
@@ -238,19 +226,19 @@ def synchronous_compute(args, num_workers, kind="compute"):
     return statistics.median(max(step) for step in zip(*seconds)), names
 
 
-def compute_terms(args, num_workers, dense_bytes):
+def compute_terms(args, machines, num_workers, dense_bytes):
     """(synchronous_compute's seconds, its runs' names, those seconds beside W Horovod ranks allreducing
     `dense_bytes` once a compute step): the last shows what communication on the shared cores takes."""
-    period, names = synchronous_compute(args, num_workers)
+    period, names = synchronous_compute(args, machines, num_workers)
     # the ranks on the cores the workers compute on: this machine's (horovodrun here), or hosts of their own (the
     # probe's own launch over ssh, the files then shared; there the links, not the cores, may pace the allreduce)
-    apart = args.hosts and not args.shared_cores
+    apart = machines.apart
     with tempfile.TemporaryDirectory(dir=args.runs_dir if apart else None) as scratch, \
             tempfile.TemporaryFile("w+") as log:
         ready, stop = os.path.join(scratch, "ready"), os.path.join(scratch, "stop")
         probe = [sys.executable, "-m", "bench.protocol_probe", "--probe=beside", f"--sizes={dense_bytes}",
                  f"--period={period}", f"--ready_file={ready}", f"--stop_file={stop}"]
-        placed = worker_hosts(args, num_workers)
+        placed = machines.worker_hosts(num_workers)
         hosts = ",".join(f"{host}:{placed.count(host)}" for host in dict.fromkeys(placed)) if apart else None
         job = subprocess.Popen([*probe, f"--hosts={hosts}"] if hosts else
                                [HOROVODRUN, "--gloo", "-np", str(num_workers), "-H", f"localhost:{num_workers}",
@@ -262,7 +250,7 @@ def compute_terms(args, num_workers, dense_bytes):
             while not os.path.exists(ready) and job.poll() is None:
                 time.sleep(0.1)
             if job.poll() is None:
-                seconds = synchronous_compute(args, num_workers, "beside")[0]
+                seconds = synchronous_compute(args, machines, num_workers, "beside")[0]
                 open(stop, "w").close()
                 job.wait(timeout=60 + period)
         except subprocess.TimeoutExpired:
@@ -284,21 +272,21 @@ def machine_of_tasks(addresses, workers, servers):
             **{f"ps{p}": index[a] for p, a in enumerate(servers)}}
 
 
-def estimate_costs(args, num_workers):
+def estimate_costs(args, machines, num_workers):
     """The costs of the interval's fast end, its point and its slow end: bench.costs's measurements at the links'
     fast end, median and slow end (bytes only where none were measured: no root), plus the hosts' measured latency
     on every message (--hosts). The emulated machines all share this machine's cores; hosts their own unless they
     are one machine (measure_links)."""
     if args.measured_costs:
         measured = functools.partial(traffic.Costs.measured, args.measured_costs, num_workers,
-                                     shared_cores=args.shared_cores)
+                                     shared_cores=machines.shared_cores)
         estimates = {"lower": measured(quantile="p16"), "point": measured(quantile="median"),
                      "upper": measured(quantile="p84")}
     else:
         estimates = dict.fromkeys(("lower", "point", "upper"), traffic.Costs())
     estimates["upper"] = dataclasses.replace(estimates["upper"], serial=True)
-    if args.hosts:
-        estimates = {name: with_latency(c, args.net.latency_seconds) for name, c in estimates.items()}
+    if machines.latency_seconds is not None:
+        estimates = {name: with_latency(c, machines.latency_seconds) for name, c in estimates.items()}
     return estimates
 
 
@@ -309,12 +297,12 @@ def with_latency(costs, seconds):
                                                        for t in transports | set(costs.message_seconds)})
 
 
-def model_terms(args, architecture, variables, rows, num_workers, num_ps, machine_of, partitions, compute_term,
-                beside_seconds, alone_seconds, trace):
+def model_terms(args, machines, architecture, variables, rows, num_workers, num_ps, machine_of, partitions,
+                compute_term, beside_seconds, alone_seconds, trace):
     """The traffic model's bytes per machine [(sent, received)] and the step-time terms (fields in docs/outputs.md).
     docs/bench.md, "The model: an interval and a point", explains the lower, point and upper estimates."""
-    costs = estimate_costs(args, num_workers)
-    cores = args.cores
+    costs = estimate_costs(args, machines, num_workers)
+    cores = machines.cores
     def protocol_cpu(architecture):
         return traffic.protocol_cpu_seconds(architecture, variables, rows, num_workers, num_ps, machine_of,
                                             partitions, costs=costs["upper"])
@@ -326,7 +314,7 @@ def model_terms(args, architecture, variables, rows, num_workers, num_ps, machin
     own_compute = alone_seconds + interference * min(num_workers, cores) / num_workers
     def network(estimate, **overlaps):
         return traffic.predict(architecture, variables, rows, num_workers, num_ps, machine_of,
-                               args.net.bits_per_second / 8, partitions, costs=costs[estimate], **overlaps)
+                               machines.link.bits_per_second / 8, partitions, costs=costs[estimate], **overlaps)
     predicted, point_network, update = network("point", compute_seconds=own_compute, needed=trace["needed"],
                                                ready=trace["ready"])
     lower_network, upper_network = network("lower", overlap_phases=True)[1], network("upper")[1]
@@ -345,14 +333,13 @@ def model_terms(args, architecture, variables, rows, num_workers, num_ps, machin
                        "lower_seconds": lower, "upper_seconds": upper}
 
 
-def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, trace):
+def one_run(args, machines, runner, num_workers, repeat, variables, rows, one_device_throughput, compute, trace):
     """Run one combination and return its bench.jsonl record (or a skip record); `compute` and `trace` are None
     on loopback, where no model applies."""
     run = RUNS[runner]
     architecture, runner_flags = run.architecture, list(run.flags)
     batch_size = run_config(args, num_workers).batch_size
-    machines = len(args.hosts) if args.hosts else num_workers if args.net else 1
-    num_ps = args.ps or machines if args.hosts else args.ps or num_workers
+    num_ps = args.ps or machines.default_ps(num_workers)
     # With parameter servers, every sparse variable in one part per server (round robin), as Parallax runs it.
     partitions = num_ps if architecture in ("tf", "parallax") else 1
     if partitions > 1:
@@ -361,29 +348,20 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
               "scaling": args.scaling, "batch_size": batch_size,
               "words_per_step": models.units_per_step(models.load(args.model), run_config(args, num_workers)),
               "workers": num_workers, "ps": num_ps, "steps": args.steps, "warmup_steps": args.warmup_steps,
-              "partitions": partitions, "machines": machines, "link": args.net and str(args.net),
-              "emulated": isinstance(args.net, netns.Link), "bits_per_second": args.net and args.net.bits_per_second,
+              "partitions": partitions, "machines": machines.count(num_workers), **machines.record(),
               "repeat": repeat, "one_device_words_per_sec": one_device_throughput["median"],
               "unit": one_device_throughput["unit"],
               "compute_seconds_one_device": one_device_throughput["median_step_seconds"],
-              "cores_shared": num_workers > args.cores}
-    if args.hosts:
-        record.update(link_probe=args.net.record(), latency_seconds=args.net.latency_seconds)
-    if args.net:
-        if args.hosts:
-            addresses = [host for host, _ in args.hosts]
-            workers, servers = tasks.place(num_workers, num_ps, args.hosts)  # where the launcher will put them
-        else:
-            addresses = netns.machine_addresses(machines)
-            workers, servers = netns.place(addresses, num_workers, num_ps)
-        machine_of = machine_of_tasks(addresses, workers, servers)
+              "cores_shared": num_workers > machines.cores}
+    if machines.priced:
+        machine_of = machine_of_tasks(*machines.placement(num_workers, num_ps))  # where the launcher puts them
         compute_term, compute_run_names, beside_seconds = compute
         # one worker's compute alone: one device's step, per row of a worker's batch (under strong scaling a worker
         # has fewer rows than one device, and fewer rows cost at least their share)
         alone = (one_device_throughput["median_step_seconds"] * batch_size / num_workers /
                  run_config(args, 1).batch_size)
-        predicted, terms = model_terms(args, run.traffic, variables, rows, num_workers, num_ps, machine_of,
-                                       partitions, compute_term, beside_seconds, alone, trace)
+        predicted, terms = model_terms(args, machines, run.traffic, variables, rows, num_workers, num_ps,
+                                       machine_of, partitions, compute_term, beside_seconds, alone, trace)
         record.update(compute_run_names=compute_run_names,
                       predicted_bytes_per_step=[{"sent": s, "received": r} for s, r in predicted])
         point = terms["point_seconds"]
@@ -391,19 +369,16 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
             return dict(record, skipped=f"its point estimate is {point:.1f} s a step, "
                                         f"{point * args.steps / 60:.0f} minutes for {args.steps} steps "
                                         f"(--max_run_seconds={args.max_run_seconds})")
-    run_name = f"bench-{args.config}-{runner}-{link_name(args.net)}-w{num_workers}-r{repeat}"
-    links = ([f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}", "--count_bytes",
-              "--require_shared_workdir"] if args.hosts else
-             [f"--net={args.net.rate}", *([f"--delay={args.net.delay}"] if args.net.delay else [])] if args.net else [])
+    run_name = f"bench-{args.config}-{runner}-{machines.name}-w{num_workers}-r{repeat}"
     output = run_quietly([[sys.executable, "-m", "launcher", architecture, f"--workers={num_workers}",
-                           f"--ps={num_ps}", *links,
+                           f"--ps={num_ps}", *machines.launcher_flags(),
                            "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags]],
                          f"{runner} at W={num_workers}")
     summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
     step = summary["throughput"]["median_step_seconds"]
     record = dict(record, run_name=run_name, throughput=summary["throughput"],
                   tasks_peak_resident_bytes=tasks_peak_resident_bytes(output))
-    if not args.net:
+    if not machines.priced:
         unmodelled = ("predicted_bytes_per_step", "measured_bytes_per_step", "bytes_measured_over_predicted",
                       "compute_seconds", "network_seconds", "point_seconds", "lower_seconds", "upper_seconds",
                       "step_over_point", "inside_interval")
@@ -412,7 +387,7 @@ def one_run(args, runner, num_workers, repeat, variables, rows, one_device_throu
     if counted is None:  # the launcher saw no counters of some host at the measured steps' ends
         raise SystemExit(f"bench: {runner} at W={num_workers}: its bytes were not counted over the measured steps "
                          f"({results.network_path(args.runs_dir, run_name)} is empty)")
-    if args.hosts:
+    if machines.real:
         record["hosts"] = results.read_json(results.hosts_path(args.runs_dir, run_name), "hosts")["hosts"]
     measured = [(m["sent_bytes_per_step"], m["received_bytes_per_step"]) for m in counted["machines"]]
     record = dict(record, measured_bytes_per_step=[{"sent": s, "received": r} for s, r in measured],
@@ -437,22 +412,24 @@ def worker_paces(updates_by_worker, from_step, to_step):
     return [(end - begin) / (to_step - from_step) for begin, end in zip(counts[from_step], counts[to_step])]
 
 
-def measure_links(args):
-    """The hosts' links (bench.link_probe), after the preflight; every host's cores (args.host_cores)."""
-    starter = Ssh(args.hosts)
+def measured(args, machines):
+    """`machines` with their links measured (bench.link_probe), after the preflight, and their cores; as they are
+    if nothing of theirs is measured (loopback, emulated links)."""
+    if not machines.real:
+        return machines
+    starter = Ssh(list(machines.hosts))
     preflight.check(starter, require_shared=True, model=models.path_of(args.model))
-    hosts = [host for host, _ in args.hosts]
+    hosts = [host for host, _ in machines.hosts]
     print(f"bench: measuring the links between {', '.join(hosts)} (python -m bench.link_probe)", flush=True)
     links = link_probe.measure(starter, hosts)
     print(link_probe.describe(links), flush=True)
     found = [starter.environment(host) for host in hosts]
     if len({e["boot_id"] for e in found}) == 1 and found[0]["boot_id"]:  # one kernel: one machine's cores
-        args.cores = args.shared_cores = found[0]["cpu_cores"]
         print(f"bench: {', '.join(hosts)} run on one machine (one kernel's boot): their tasks share its "
-              f"{args.cores} cores", flush=True)
-    else:
-        args.cores, args.shared_cores = sum(e["cpu_cores"] for e in found), 0
-    return links
+              f"{found[0]['cpu_cores']} cores", flush=True)
+        return dataclasses.replace(machines, link=links, cores=found[0]["cpu_cores"],
+                                   shared_cores=found[0]["cpu_cores"])
+    return dataclasses.replace(machines, link=links, cores=sum(e["cpu_cores"] for e in found), shared_cores=0)
 
 
 def protocol_costs(args):
@@ -535,13 +512,14 @@ def group_table(records):
     return lines
 
 
-def extrapolate(args, prepared):
-    """Write bench.predict's extrapolation of the most sparse-heavy config, with the compute measured here."""
+def extrapolate(args, machines, prepared):
+    """Write bench.predict's extrapolation of the most sparse-heavy config, with the compute measured here, on
+    links as `machines`' (100mbit where none are priced)."""
     model = models.load(args.model)
     args.config = max(prepared, key=lambda name: traffic.sparse_share(model, name, args))
     compute = prepared[args.config][1]["median_step_seconds"]
-    assumed = not args.net
-    args.net = args.net or netns.Link.parse("100mbit")
+    assumed = not machines.priced
+    args.net = machines.link if machines.priced else netns.Link.parse("100mbit")
     records = predict.extrapolate(model, models.config(model, args.config), args, compute, predict.MACHINES)
     print(f"bench: extrapolated {args.config} to {', '.join(map(str, predict.MACHINES))} machines on links of "
           f"{args.net}{' (assumed: none was emulated)' if assumed else ''} "
@@ -554,25 +532,24 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through run_quietly's stop of the run
     args.runs_dir = os.path.join(args.results_dir, "bench")
     os.makedirs(args.runs_dir, exist_ok=True)
-    args.cores = args.shared_cores = CORES  # the emulated machines share this one's; hosts: measure_links
-    links = args.net or [measure_links(args)]
-    combinations = [(link, config, runner, w, repeat) for link in links for config in args.configs
+    swept = [measured(args, machines) for machines in args.swept]
+    combinations = [(machines, config, runner, w, repeat) for machines in swept for config in args.configs
                     for w in args.workers for repeat in range(1, args.repeats + 1) for runner in args.runners]
+    priced = any(machines.priced for machines in swept)
     # the model's: measured on emulated links, so as root only (else the model prices bytes alone)
-    args.measured_costs = protocol_costs(args) if any(links) and os.geteuid() == 0 else None
+    args.measured_costs = protocol_costs(args) if priced and os.geteuid() == 0 else None
     output = os.path.join(args.results_dir, results.CROSSOVER if args.crossover else results.BENCH)
     open(output, "w").close()
     print(f"bench: {len(combinations)} runs ({', '.join(args.configs)} x {', '.join(args.runners)} x W "
           f"{', '.join(map(str, args.workers))} x {args.repeats}), {args.steps} steps of which {args.warmup_steps} "
-          f"warm-up, links of {', '.join(str(link or 'loopback') for link in links)}"
-          f"{'' if links[0] and links[0].delay or args.hosts else ' (no added latency)'}, "
-          f"{args.cores} cores", flush=True)
+          f"warm-up, links of {', '.join(map(str, swept))}"
+          f"{'' if swept[0].added_latency() else ' (no added latency)'}, {swept[0].cores} cores", flush=True)
     records, started, prepared, computes = [], time.monotonic(), {}, {}
-    for i, (link, config, runner, w, repeat) in enumerate(combinations, 1):
-        args.net, args.config = link, config
+    for i, (machines, config, runner, w, repeat) in enumerate(combinations, 1):
+        args.config = config
         if config not in prepared:
             variables = traffic.model_variables(model, models.config(model, config), args)
-            prepared[config] = (variables, one_device(args), {}, step_trace(args) if any(links) else None)
+            prepared[config] = (variables, one_device(args, machines), {}, step_trace(args) if priced else None)
             trace = prepared[config][3]
             print(f"bench: {config}: one device (run.py) trains {prepared[config][1]['median']:,.0f} "
                   f"{prepared[config][1]['unit']}, "
@@ -583,11 +560,12 @@ def main():
         if w not in rows:
             rows[w] = traffic.touched_rows(model, run_config(args, w), args, variables, w,
                                            range(args.warmup_steps, args.steps))
-        if link and (link, config, w) not in computes:  # measured again at each rate: close in time to its runs
-            computes[link, config, w] = (
+        if machines.priced and (machines.name, config, w) not in computes:  # again at each rate: close to its runs
+            computes[machines.name, config, w] = (
                 (base["median_step_seconds"], [f"bench-{config}-one-device"], base["median_step_seconds"]) if w == 1
-                else compute_terms(args, w, sum(v.bytes for v in variables)))
-        record = one_run(args, runner, w, repeat, variables, rows[w], base, computes.get((link, config, w)), trace)
+                else compute_terms(args, machines, w, sum(v.bytes for v in variables)))
+        record = one_run(args, machines, runner, w, repeat, variables, rows[w], base,
+                         computes.get((machines.name, config, w)), trace)
         record["environment"] = environment.describe(args, model, run_config(args, w), w)
         records.append(record)
         results.append_line(output, record, "bench")
@@ -597,8 +575,7 @@ def main():
     if args.crossover:
         print("\n".join(crossover.describe(records)))
     else:
-        args.net = links[0]
-        extrapolate(args, prepared)
+        extrapolate(args, swept[0], prepared)
     return 0
 
 

@@ -6,6 +6,7 @@ import os
 
 from harness import results
 from harness.results import ResultsError
+from launcher import machines
 from reporting import palette
 
 
@@ -153,7 +154,7 @@ def _bench_row(record):
     return BenchRow(
         name=palette.key(str(record["runner"])), config=str(record["config"]), workers=int(record["workers"]),
         ps=_int_or_none(record.get("ps")), machines=_int_or_none(record.get("machines")), link=record.get("link"),
-        links="real" if record.get("link_probe") else "emulated" if record.get("link") else "loopback",
+        links=machines.kind_of(record).said,
         repeat=int(record.get("repeat", 1)), skipped=record.get("skipped"),
         median=_float_or_none(throughput.get("median")), p16=_float_or_none(throughput.get("p16")),
         p84=_float_or_none(throughput.get("p84")),
