@@ -469,6 +469,24 @@ def test_horovodrun_from_a_node_matches_the_reference(reference):
     assert matches_reference(reference, "horovodrun")
 
 
+def test_the_launching_node_starts_its_own_tasks_without_its_sshd(reference):
+    """Launched on node1 itself, whose sshd no ssh client reaches here (the ssh_config sends node1 to a port where
+    nothing listens): node1's tasks start as processes of its own, node2's over ssh, and they match the reference."""
+    with open(cluster.SSH_CLIENT_CONFIG) as f:
+        reaching_node2_only = f"Host node1\n  Port 1\n{f.read()}"  # (ssh takes an option's first value)
+    config = os.path.join(reference, "ssh_config.node1-without-sshd")
+    with open(config, "w") as f:
+        f.write(reaching_node2_only)
+    node1 = open(os.path.join(cluster.STATE, "sshd_node1.pid")).read().strip()
+    launch = (f"cd {reference} && exec {sys.executable} -m launcher tf --hosts=node1:1,node2:1 --ssh_config={config} "
+              f"-- {TINY} --ckpt_dir=from-node1 --run_name=from-node1")
+    run = subprocess.run(["nsenter", "-t", node1, "--net", "--uts", "--mount", "sh", "-c", launch], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "[worker0] [run_tf] step 20/20" in run.stdout
+    assert matches_reference(reference, "from-node1")
+
+
 def test_tasks_given_tf_config_over_ssh_on_two_nodes_match_the_reference(reference):
     """TFJob's layout, each task started by ssh on its node with its own TF_CONFIG: ps and chief on node1, the
     worker on node2; the run is the reference's."""
