@@ -104,8 +104,8 @@ def parse_flags(argv=None):
     args.config = facts["config"]
     rtol, atol = facts["tolerance"]
     args.rtol, args.atol = (rtol if args.rtol is None else args.rtol), (atol if args.atol is None else args.atol)
-    if args.hosts:  # every host ready, the working directory where verify reads the runs' results shared
-        preflight.check(Ssh(args.hosts, args.ssh_config), require_shared=True, model=models.path_of(args.model))
+    if args.hosts:  # every host ready (a private working directory too: the launcher copies the chief's outputs back)
+        preflight.check(Ssh(args.hosts, args.ssh_config), model=models.path_of(args.model))
     return args
 
 
@@ -220,8 +220,7 @@ def command(args, name, resume=False):
         # In a container too: the reference runs on the TensorFlow of the runs it is compared with.
         return [sys.executable, "-m", "launcher.starters.docker", f"--image={args.docker}", "--name=reference", "--",
                 *argv] if args.docker else argv
-    hosts = [f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}",
-             "--require_shared_workdir"] if args.hosts else []
+    hosts = [f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}"] if args.hosts else []
     ssh_config = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []
     slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
     containers = [f"--docker={args.docker}"] if args.docker else []

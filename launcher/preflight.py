@@ -263,7 +263,7 @@ def main():
     flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts (ssh -F)", flag_values=parser)
     flags.DEFINE_boolean("slurm", False, "the nodes of the Slurm allocation this runs in", flag_values=parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "a working directory every host does not share is a "
-                         "problem (make verify's)", flag_values=parser)
+                         "problem (make bench HOSTS= needs one)", flag_values=parser)
     flags.DEFINE_string("model", "lstm", "the model whose file every host must have as this machine has it",
                         flag_values=parser)
     args = flags.parse(parser)
