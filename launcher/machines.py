@@ -20,7 +20,6 @@ class Machines:
     name = "loopback"  # in run names and tables
     said = "loopback"  # the report's word for the kind (reporting.load)
     link = None  # what prices the links: none
-    emulated = False
     priced = False
     real = False  # real hosts: links measured, each host's environment recorded
     latency_seconds = None  # added to every message by the model: none measured
@@ -73,7 +72,6 @@ class Emulated(Machines):
     this machine's cores."""
     link: netns.Link = None
     said = "emulated"
-    emulated = True
     priced = True
 
     @property
