@@ -52,6 +52,7 @@ def main():
 
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
+        session.run(tf.compat.v1.tables_initializer())  # the model's lookup tables (a Keras StringLookup's)
         first_step, state = checkpoints.restore(session) if args.resume else (0, None)
         recorder = Recorder(args, model, config, "run", args.emulate_workers, first_step if args.resume else None)
 

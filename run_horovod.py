@@ -54,6 +54,7 @@ def main():
 
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
+        session.run(tf.compat.v1.tables_initializer())  # the model's lookup tables (a Keras StringLookup's)
         first_step, state = checkpoints.restore(session) if args.resume and chief else (0, None)
         session.run(hvd.broadcast_global_variables(0))  # Horovod: start from rank 0's values
         if args.resume:  # Horovod: rank 0's step and its rows of the state

@@ -56,6 +56,7 @@ def main():
 
     with cluster.session(tf.compat.v1.get_default_graph(), hybrid.peers) as session:
         session.run(tf.compat.v1.variables_initializer(replicated))
+        session.run(tf.compat.v1.tables_initializer())  # Parallax: this worker's own lookup tables (a StringLookup's)
         first_step, state = 0, None
         if chief:  # the first run waits for the parameter servers to come up
             cluster.run(session, tf.compat.v1.variables_initializer(params.state(sparse)), starting=True)

@@ -59,6 +59,7 @@ def main():
         placement.print_placement("run_tf", params, kinds)
 
     with cluster.session(tf.compat.v1.get_default_graph(), ["/job:ps"]) as session:
+        session.run(tf.compat.v1.tables_initializer())  # PS: this worker's own lookup tables (a StringLookup's)
         first_step, state = 0, None
         if chief:  # the first run waits for the parameter servers to come up
             cluster.run(session, tf.compat.v1.global_variables_initializer(), starting=True)

@@ -39,6 +39,7 @@ def main():
     one, many = (global_gradients(params, feed, args.seed, w) for w in (1, workers))
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
+        session.run(tf.compat.v1.tables_initializer())  # the model's lookup tables (a Keras StringLookup's)
         one, many = session.run([one, many], feed(0, None))
     largest = max(float(np.abs(g).max()) for g in one) or 1.0
     moved = sorted(((float(np.abs(a - b).max()) / largest, name) for name, a, b in zip(params.variables, one, many)),

@@ -35,6 +35,7 @@ def timed_steps(args, units_per_step, feed, fetches):
     timer = ThroughputTimer(args.warmup_steps)
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
+        session.run(tf.compat.v1.tables_initializer())  # the model's lookup tables (a Keras StringLookup's)
 
         def run_step(step, state):
             _, state, _ = session.run(fetches, feed(step, state))

@@ -80,6 +80,7 @@ def main():
     traced, state = [], None
     with tf.compat.v1.Session(config=determinism.session_config(args)) as session:
         session.run(tf.compat.v1.global_variables_initializer())
+        session.run(tf.compat.v1.tables_initializer())  # the model's lookup tables (a Keras StringLookup's)
         for step in range(args.warmup_steps + args.traced_steps):
             metadata = tf.compat.v1.RunMetadata()
             _, state, _ = session.run(fetches, feed(step, state),

@@ -13,14 +13,14 @@ import tensorflow as tf  # noqa: E402
 
 from keras.src.engine import (base_layer, base_layer_utils, base_layer_v1, base_preprocessing_layer,  # noqa: E402
                                keras_tensor, training_v1)
-from keras.src.layers.preprocessing import index_lookup, text_vectorization  # noqa: E402
+from keras.src.layers.preprocessing import index_lookup, normalization, text_vectorization  # noqa: E402
 from tensorflow.python.data.ops import dataset_ops  # noqa: E402
 from tensorflow.python.framework import ops, tensor as tensor_lib  # noqa: E402
 from tensorflow.python.ops import variables as tf_variables  # noqa: E402
 
 KINDS = {"iteration": "a dataset's elements", "len": "a dataset's length",
          "value": "a tensor's value (.numpy(), a numpy array)", "layer": "a layer's call on constants",
-         "vocabulary": "a lookup layer's vocabulary"}
+         "vocabulary": "a lookup layer's vocabulary", "adapted": "a preprocessing layer's adapt"}
 
 
 class Reads:
@@ -28,7 +28,6 @@ class Reads:
 
     def __init__(self, values=None):
         self.values = values or {kind: [] for kind in KINDS}
-        self.adapted = []  # the preprocessing layers the program adapted
 
     def keep(self, kind, value):
         self.values[kind].append(value)
@@ -50,11 +49,12 @@ class Reads:
         constant never trained, as in Keras (keras.io's BERT: a position Embedding of tf.range)."""
         inside = {id(layer) for layer in model._flatten_layers(include_self=True)} \
             if isinstance(model, tf.keras.Model) else set()
-        for layer in self.adapted:
-            if id(layer) in inside:
+        for layer, given in self.values["adapted"]:
+            if given is None and id(layer) in inside:
                 raise UsageError(f"{layer.name} ({type(layer).__name__}) is adapted to the data and is a layer of the "
-                                 f"model: what it adapted (a vocabulary, a mean) is no variable the runners train or "
-                                 f"place; apply it to the data instead (dataset.map), as Keras' guide also suggests")
+                                 f"model: the toolkit makes constants of what a Normalization, StringLookup, "
+                                 f"IntegerLookup or TextVectorization adapted, not of this one's; apply it to the data "
+                                 f"instead (dataset.map)")
         settled = []
         for layer, output in self.values["layer"]:
             if id(layer) not in inside and layer.trainable_weights:
@@ -102,17 +102,40 @@ def _iterated(method):
 
 
 def _adapted(method):
-    """A preprocessing layer's adapt: at load, as Keras does it; in the run again, nothing (a TensorFlow 1 graph
-    cannot; the data it adapted to are the load's, and so are the values read from it)."""
+    """A preprocessing layer's adapt: at load, as Keras does it, keeping what it adapted; in the run again (a
+    TensorFlow 1 graph cannot adapt), that state given to the layer as Keras' constructor takes it: constants."""
     @functools.wraps(method)
     def adapt(self, *args, **kwargs):
         if not by_the_program():
             return method(self, *args, **kwargs)
         if AGAIN:
-            return None
-        LOADED[0].adapted.append(self)
-        return method(self, *args, **kwargs)
+            _, given = AGAIN[0].take("adapted")
+            return given and given(self)
+        output = method(self, *args, **kwargs)
+        LOADED[0].keep("adapted", (self, adapted_state(self)))
+        return output
     return adapt
+
+
+def adapted_state(layer):
+    """A function giving a layer of this kind what `layer` adapted, as Keras' constructor would take it, or None
+    for a kind the toolkit does not know: a Normalization's mean and variance, a lookup's vocabulary (a table each
+    process initialises: tables_initializer)."""
+    if isinstance(layer, normalization.Normalization):
+        mean, variance = layer.adapt_mean.numpy(), layer.adapt_variance.numpy()
+
+        def given(again):
+            again.input_mean, again.input_variance = mean, variance
+        return given
+    if isinstance(layer, (index_lookup.IndexLookup, text_vectorization.TextVectorization)):
+        vocabulary, size = layer.get_vocabulary(), layer.vocabulary_size()
+
+        def given(again):
+            again.set_vocabulary(vocabulary)
+            # the size a graph's table cannot tell before it runs: a multi-hot output's depth (Keras' config has it)
+            getattr(again, "_lookup_layer", again)._frozen_vocab_size = size
+        return given
+    return None
 
 
 def _symbolic_numpy(self):

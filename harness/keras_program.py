@@ -307,6 +307,10 @@ def graph_model(program, config):
     if isinstance(model, tf.keras.Model) and model is program.model:  # made at load, in another graph
         with keras_again.model_again(_READS[id(program)]):
             model = _made(models.run_again(_NAMES[id(program)]).model, config)
+        # a lookup layer made before its vocabulary leaves a table without an initializer (None), which
+        # tables_initializer cannot group
+        tables = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS)
+        tables[:] = [initializer for initializer in tables if initializer is not None]
     return model
 
 
