@@ -4,8 +4,8 @@ container taking its run down.
 
 The engine: the one that answers, else one started here (docker/engine.sh: root installs docker.io and starts
 dockerd) and stopped at the end. Its images live in ~/.cache/lstm-dist/docker, so the base image and the
-environment stage (Horovod's build) stay for the next run on this machine: cold, this module builds both
-(about 20 minutes on 2 cores); warm, it only adds the code. When no engine can be had the tests FAIL, saying
+environment stage (Horovod, this machine's own wheel) stay for the next run on this machine: cold, this module
+builds both; warm, it only adds the code. When no engine can be had the tests FAIL, saying
 why: they never pass or skip silently.
 """
 import json
@@ -62,6 +62,8 @@ def image(engine):
     built = subprocess.run(["bash", "docker/build.sh", name, "debootstrap"], cwd=REPO, capture_output=True,
                            text=True, timeout=3600)
     assert built.returncode == 0, built.stderr
+    if "VERSION_CODENAME=bookworm" in open("/etc/os-release").read():  # the debootstrap base's release
+        assert "with this machine's Horovod wheel" in built.stderr, built.stderr  # not compiled again
     yield name
     docker("rmi", "--force", name)
 
