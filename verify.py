@@ -23,9 +23,8 @@ import numpy as np
 import harness
 from harness import REPO, experiments, flags, models, results, runner_flags
 from harness.experiments import RUNS
-from launcher import launch, preflight, sandbox
+from launcher import launch, machines, preflight, sandbox
 from launcher.starters import docker
-from launcher.starters.ssh import Ssh
 
 import checkpoints_compare
 
@@ -40,13 +39,7 @@ def parse_flags(argv=None):
     parser.set_default("ckpt_dir", os.path.join("checkpoints", "verify"))
     flags.DEFINE_integer("workers", 2, "workers of every distributed run", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("ps", 1, "parameter-server tasks", lower_bound=1, flag_values=parser)
-    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: the distributed runs on these hosts over "
-                        "ssh (python -m launcher --help)", parser)
-    flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts", flag_values=parser)
-    flags.DEFINE_string("net", None, "RATE: the distributed runs on an emulated cluster, every machine a network "
-                        "namespace, its link shaped to RATE (python -m launcher --help)", flag_values=parser)
-    flags.DEFINE_string("delay", None, "with --net: added latency per link direction (launcher --delay)",
-                        flag_values=parser)
+    machines.define_flags(parser)  # the distributed runs' machines, as the launcher takes them
     flags.DEFINE_boolean("slurm", False, "the distributed runs as Slurm job steps in the allocation this runs in "
                          "(slurm/verify.sbatch; python -m launcher --help)", flag_values=parser)
     flags.DEFINE_string("docker", None, "IMAGE: every task of every run, the reference's too, in a container of its "
@@ -80,6 +73,7 @@ def parse_flags(argv=None):
                          flag_values=parser)
     args = flags.parse(parser, argv, load_model=False)  # the judge never runs the model's code
     args.runs, args.runner_args = checked_runs(args.runs, args.runner_args)
+    args.machines = machines.of(args)  # the distributed runs'
     if args.faults and args.steps < 4:
         raise harness.UsageError(f"--faults: --steps={args.steps} leaves no step between two checkpoints to kill at")
     # (a new list: the flag's default is the registry's own)
@@ -105,7 +99,7 @@ def parse_flags(argv=None):
     rtol, atol = facts["tolerance"]
     args.rtol, args.atol = (rtol if args.rtol is None else args.rtol), (atol if args.atol is None else args.atol)
     if args.hosts:  # every host ready (a private working directory too: the launcher copies the chief's outputs back)
-        preflight.check(Ssh(args.hosts, args.ssh_config), model=models.path_of(args.model))
+        preflight.check(args.machines.starter, model=models.path_of(args.model))
     return args
 
 
@@ -220,13 +214,10 @@ def command(args, name, resume=False):
         # In a container too: the reference runs on the TensorFlow of the runs it is compared with.
         return [sys.executable, "-m", "launcher.starters.docker", f"--image={args.docker}", "--name=reference", "--",
                 *argv] if args.docker else argv
-    hosts = [f"--hosts={','.join(f'{host}:{slots}' for host, slots in args.hosts)}"] if args.hosts else []
-    ssh_config = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []
     slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
     containers = [f"--docker={args.docker}"] if args.docker else []
-    net = [f"--{name}={getattr(args, name)}" for name in ("net", "delay") if getattr(args, name)]
     return [sys.executable, "-m", "launcher", run.architecture, f"--workers={args.workers}",
-            f"--ps={args.ps}", *hosts, *ssh_config, *slurm, *containers, *net, *fault, "--", *shared]
+            f"--ps={args.ps}", *args.machines.launcher_flags(), *slurm, *containers, *fault, "--", *shared]
 
 
 def check_run_flags(args, name):

@@ -12,6 +12,7 @@ import sys
 
 import harness
 from harness import flags
+from launcher import machines
 from launcher.starters.ssh import Ssh
 
 SECONDS = 3.0  # of the stream; its first fifth (TCP's slow start) is left out of the rate
@@ -153,8 +154,7 @@ def describe(links):
 
 def main():
     parser = flags.FlagSet("python -m bench.link_probe", __doc__)
-    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,... (two or more hosts)", parser)
-    flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts (ssh -F)", flag_values=parser)
+    machines.define_flags(parser, net=None)  # two or more hosts
     args = flags.parse(parser)
     hosts = [host for host, _ in args.hosts or []]
     if len(set(hosts)) < 2:

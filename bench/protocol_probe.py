@@ -1,7 +1,8 @@
 """One task of bench/costs.py's protocol measurements on an emulated two-machine cluster (or under mpirun).
 --probe=grpc: worker0 times pulls from and pushes to ps0 over gRPC; --probe=collective: every rank times Horovod's
-allreduce and allgather, then its idle background CPU; --probe=beside: allreduce every --period seconds until
---stop_file exists (with --hosts, one rank a slot of those hosts, started over ssh as make bench HOSTS= starts its). Rank 0 writes --timings_file, {operation: {size: [seconds]}} plus "cpu_seconds" (a file, as
+allreduce and allgather, then its idle background CPU; --probe=beside: allreduce every --period seconds, saying
+READY after the first, until --stop_file exists where one of the ranks runs (with --hosts, one rank a slot of those
+hosts, started over ssh as make bench HOSTS= starts its). Rank 0 writes --timings_file, {operation: {size: [seconds]}} plus "cpu_seconds" (a file, as
 mpirun interleaves its ranks' lines). docs/bench.md explains the measurements."""
 import os
 import sys
@@ -12,7 +13,9 @@ import tensorflow as tf  # noqa: E402  (after determinism: it fixes TensorFlow's
 
 import harness
 from harness import flags, grpc_cluster, results, runner_flags
+from launcher import machines
 
+READY = "beside: the first allreduce is done"
 SMALL_TENSOR_BYTES = 256  # a tensor whose bytes cost nothing: what is left is the cost of a message
 
 
@@ -29,10 +32,9 @@ def parse_flags():
                        lower_bound=0.1, flag_values=parser)
     flags.DEFINE_float("period", 1.0, "beside: seconds from one allreduce's start to the next's", lower_bound=0,
                        flag_values=parser)
-    flags.DEFINE_string("ready_file", None, "beside: written once the first allreduce is done", flag_values=parser)
-    flags.DEFINE_string("stop_file", None, "beside: its existence stops every rank", flag_values=parser)
-    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: start the ranks there over ssh, with the "
-                        "launcher's rendezvous here", parser)
+    flags.DEFINE_string("stop_file", None, "beside: its existence where any rank runs stops every rank",
+                        flag_values=parser)
+    machines.define_flags(parser, net=None)  # --hosts: the ranks there over ssh, the launcher's rendezvous here
     args = flags.parse(parser)
     if args.probe is None:
         raise harness.UsageError("--probe: say what to time (grpc, collective or beside)")
@@ -154,11 +156,13 @@ def beside_probe(args):
     tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)  # a worker's threads
     tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     tensor = floats(args.sizes[0])
+    ready = False
     while True:
         started = time.perf_counter()
         hvd.allreduce(tensor, op=hvd.Sum, name="beside")
-        if hvd.rank() == 0 and not os.path.exists(args.ready_file):
-            open(args.ready_file, "w").close()
+        if hvd.rank() == 0 and not ready:
+            print(READY, flush=True)  # on stdout, which the launcher passes on from any host
+            ready = True
         # every rank stops after the same allreduce: the one that saw the file tells the others
         if hvd.allreduce(tf.constant(float(os.path.exists(args.stop_file))), op=hvd.Sum, name="stop") > 0:
             return
@@ -170,7 +174,7 @@ def on_hosts(args):
     from launcher import launch, tasks
     from launcher.starters.ssh import Ssh
     argv = [sys.executable, os.path.abspath(__file__), *(a for a in sys.argv[1:] if not a.startswith("--hosts"))]
-    starter = Ssh(args.hosts)
+    starter = Ssh(args.hosts, args.ssh_config)
     workers = tasks.place(sum(slots for _, slots in args.hosts), 0, args.hosts)[0]
     environments, stop_rendezvous = launch.horovod_environments(workers, starter=starter)
     try:

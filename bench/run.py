@@ -27,11 +27,10 @@ import harness.determinism  # (first: it fixes TensorFlow's kernels)
 from harness import environment, experiments, flags, models, results
 from launcher import preflight, tasks
 from harness.experiments import RUNS
-from launcher.machines import Emulated, Hosts, Loopback
+from launcher.machines import Emulated, Hosts, Loopback, define_flags
 from launcher.starters import netns
-from launcher.starters.ssh import Ssh
 
-from bench import costs, crossover, link_probe, predict, traffic
+from bench import costs, crossover, link_probe, predict, protocol_probe, traffic
 
 HOROVODRUN = os.path.join(os.path.dirname(sys.executable), "horovodrun")
 # Without root the machines cannot be emulated: every task runs on this machine's loopback.
@@ -44,21 +43,15 @@ PEAK_RESIDENT = re.compile(rf"^launch: {tasks.TASKS_PEAK_MEMORY}: (.*)$", re.MUL
 
 def parse_flags(argv=None):
     parser = flags.parser("bench", __doc__)
-    flags.DEFINE_parsed("net", None, link_list, "every machine's link rate; several (100mbit,1gbit) sweep each in "
-                        "turn; loopback: every task on this machine's loopback, unshaped (no root needed). Default: "
-                        "100mbit as root, loopback otherwise", parser)
-    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: run on these machines over ssh (make bench "
-                        "HOSTS=), the links between them measured first (bench.link_probe) and each host's bytes "
-                        "counted on its interface; every host holds a worker and shares this working directory",
-                        parser)
+    # --hosts: the links between them measured first (bench.link_probe) and each host's bytes counted on its
+    # interface; every host holds a worker, and what runs there write is copied back where not shared
+    define_flags(parser, net="several")
     flags.DEFINE_names("configs", None, "configs to sweep (default: the model's BENCH_CONFIGS, or its first)",
                        parser)
     flags.DEFINE_names("runners", experiments.DISTRIBUTED, "runners to sweep", parser, known=experiments.DISTRIBUTED)
     flags.DEFINE_names("workers", ["1", "2", "4"], "worker counts to sweep", parser)
     flags.DEFINE_integer("ps", 0, "parameter-server tasks of every run; 0: one per machine (Parallax's setup)",
                          lower_bound=0, flag_values=parser)
-    flags.DEFINE_parsed("delay", None, netns.Link.parse_delay, "added latency per link direction, where the "
-                        "kernel has netem", parser)
     flags.DEFINE_enum("scaling", "weak", ["weak", "strong"], "weak: each worker keeps the config's batch (the "
                       "global batch grows with W); strong: the W workers share it", flag_values=parser)
     flags.DEFINE_integer("repeats", 1, "runs of each combination (3: about three times as long)", lower_bound=1,
@@ -113,11 +106,6 @@ def parse_flags(argv=None):
     return args
 
 
-def link_list(text):
-    """--net's rates, "100mbit,1gbit": each as netns.Link.parse takes it; "loopback" as None."""
-    return [None if rate.strip() == "loopback" else netns.Link.parse(rate) for rate in text.split(",")]
-
-
 def swept_machines(args):
     """The machines of --hosts or of each --net rate (launcher.machines), checked."""
     if args.hosts:  # their links are measured (main), not emulated
@@ -128,8 +116,8 @@ def swept_machines(args):
         for flag in ("results_dir", "ckpt_dir"):  # the hosts write there; this machine reads it back
             if not os.path.abspath(getattr(args, flag)).startswith(os.path.join(os.getcwd(), "")):
                 raise harness.UsageError(f"--{flag}={getattr(args, flag)}: with --hosts, a directory under this "
-                                         f"working directory, which every host shares")
-        return [Hosts(hosts=tuple(args.hosts))]
+                                         f"working directory, which every host has at the same path")
+        return [Hosts(hosts=tuple(args.hosts), ssh_config=args.ssh_config)]
     links = args.net or [netns.Link.parse("100mbit") if os.geteuid() == 0 else None]
     if args.net is None and links[0] is None:
         print(f"bench: not root, so {NOT_EMULATED}", flush=True)
@@ -195,10 +183,11 @@ def run_config(args, num_workers):
 
 def one_device(args, machines):
     """run.py's throughput on one device: the compute of the config's batch, and the base of every speed-up."""
-    name = f"bench-{args.config}-one-device"
-    run_quietly([machines.command(machines.worker_hosts(1)[0], [sys.executable, os.path.join(REPO, "run.py"),
-                                                                *common_flags(args, name), "--emulate_workers=1"])],
+    name, host = f"bench-{args.config}-one-device", machines.worker_hosts(1)[0]
+    run_quietly([machines.command(host, [sys.executable, os.path.join(REPO, "run.py"), *common_flags(args, name),
+                                         "--emulate_workers=1"])],
                 f"run.py (the compute time of {args.config})")
+    machines.fetch(host, [results.summary_path(args.runs_dir, name)])
     return results.read_json(results.summary_path(args.runs_dir, name), "summary")["throughput"]
 
 
@@ -219,6 +208,8 @@ def synchronous_compute(args, machines, num_workers, kind="compute"):
                                          f"--batch_size={batch_size}"])
                  for name, host in zip(names, machines.worker_hosts(num_workers))],
                 f"{num_workers} run.py at once (the compute of {args.config} at W={num_workers})")
+    for name, host in zip(names, machines.worker_hosts(num_workers)):
+        machines.fetch(host, [results.steps_path(args.runs_dir, name)])
     seconds = [[r["seconds"] for _, r in results.read_lines(results.steps_path(args.runs_dir, name), "step")
                 if r["step"] >= args.warmup_steps] for name in names]
     for name in names:  # their final checkpoints (lm1b's are large) are never read
@@ -231,14 +222,17 @@ def compute_terms(args, machines, num_workers, dense_bytes):
     `dense_bytes` once a compute step): the last shows what communication on the shared cores takes."""
     period, names = synchronous_compute(args, machines, num_workers)
     # the ranks on the cores the workers compute on: this machine's (horovodrun here), or hosts of their own (the
-    # probe's own launch over ssh, the files then shared; there the links, not the cores, may pace the allreduce)
+    # probe's own launch over ssh; there the links, not the cores, may pace the allreduce). The probe says when it
+    # is ready on its output; a file made where its first rank runs (that host's own /tmp) stops it.
     apart = machines.apart
-    with tempfile.TemporaryDirectory(dir=args.runs_dir if apart else None) as scratch, \
-            tempfile.TemporaryFile("w+") as log:
-        ready, stop = os.path.join(scratch, "ready"), os.path.join(scratch, "stop")
+    placed = machines.worker_hosts(num_workers)
+    stop = os.path.join("/tmp", f"lstm-bench-beside-{os.getpid()}-{num_workers}")
+
+    def where_rank_0(argv):
+        return machines.command(placed[0], argv) if apart else argv
+    with tempfile.NamedTemporaryFile("w") as log:
         probe = [sys.executable, "-m", "bench.protocol_probe", "--probe=beside", f"--sizes={dense_bytes}",
-                 f"--period={period}", f"--ready_file={ready}", f"--stop_file={stop}"]
-        placed = machines.worker_hosts(num_workers)
+                 f"--period={period}", f"--stop_file={stop}"]
         hosts = ",".join(f"{host}:{placed.count(host)}" for host in dict.fromkeys(placed)) if apart else None
         job = subprocess.Popen([*probe, f"--hosts={hosts}"] if hosts else
                                [HOROVODRUN, "--gloo", "-np", str(num_workers), "-H", f"localhost:{num_workers}",
@@ -247,11 +241,11 @@ def compute_terms(args, machines, num_workers, dense_bytes):
                                env={**os.environ, "PYTHONPATH": REPO})
         seconds = None
         try:
-            while not os.path.exists(ready) and job.poll() is None:
+            while protocol_probe.READY not in open(log.name).read() and job.poll() is None:
                 time.sleep(0.1)
             if job.poll() is None:
                 seconds = synchronous_compute(args, machines, num_workers, "beside")[0]
-                open(stop, "w").close()
+                subprocess.run(where_rank_0(["touch", stop]), check=True)
                 job.wait(timeout=60 + period)
         except subprocess.TimeoutExpired:
             pass
@@ -259,9 +253,9 @@ def compute_terms(args, machines, num_workers, dense_bytes):
             if job.poll() is None:
                 os.killpg(job.pid, signal.SIGTERM)
                 job.wait()
+            subprocess.run(where_rank_0(["rm", "-f", stop]))
         if job.returncode or seconds is None:
-            log.seek(0)
-            tail = "\n".join(log.read().strip().splitlines()[-15:])
+            tail = "\n".join(open(log.name).read().strip().splitlines()[-15:])
             raise SystemExit(f"bench: the allreduce beside the compute failed (exit {job.returncode}):\n{tail}")
     return period, names, seconds
 
@@ -371,7 +365,7 @@ def one_run(args, machines, runner, num_workers, repeat, variables, rows, one_de
                                         f"(--max_run_seconds={args.max_run_seconds})")
     run_name = f"bench-{args.config}-{runner}-{machines.name}-w{num_workers}-r{repeat}"
     output = run_quietly([[sys.executable, "-m", "launcher", architecture, f"--workers={num_workers}",
-                           f"--ps={num_ps}", *machines.launcher_flags(),
+                           f"--ps={num_ps}", *machines.bench_flags(),
                            "--", *common_flags(args, run_name), f"--batch_size={batch_size}", *runner_flags]],
                          f"{runner} at W={num_workers}")
     summary = results.read_json(results.summary_path(args.runs_dir, run_name), "summary")
@@ -417,8 +411,8 @@ def measured(args, machines):
     if nothing of theirs is measured (loopback, emulated links)."""
     if not machines.real:
         return machines
-    starter = Ssh(list(machines.hosts))
-    preflight.check(starter, require_shared=True, model=models.path_of(args.model))
+    starter = machines.starter
+    preflight.check(starter, model=models.path_of(args.model))
     hosts = [host for host, _ in machines.hosts]
     print(f"bench: measuring the links between {', '.join(hosts)} (python -m bench.link_probe)", flush=True)
     links = link_probe.measure(starter, hosts)

@@ -18,7 +18,7 @@ import harness
 from harness import REPO, checkpoints, data, flags, models, results, runner_flags
 from harness.checkpoints import Checkpoints
 from harness.experiments import ARCHITECTURES
-from launcher import partition_search, preflight
+from launcher import machines, partition_search, preflight
 from launcher.tasks import Fault, Task, run_tasks
 from launcher.starters import docker, mpirun, netns
 from launcher.starters.local import LocalProcess
@@ -152,20 +152,12 @@ def launcher_flags():
     parser = flags.FlagSet("python -m launcher ARCHITECTURE", __doc__)
     flags.DEFINE_integer("workers", 2, "worker processes", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("ps", 1, "parameter-server tasks (tf, parallax)", lower_bound=1, flag_values=parser)
-    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,... to run on over ssh (make HOSTS=); the "
-                        "workers fill the slots in order, the parameter servers go round the hosts. Default: every "
-                        "task on this machine", parser)
-    flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts (ssh -F)", flag_values=parser)
+    machines.define_flags(parser)
     flags.DEFINE_string("network_interface", None, "the interface Horovod's ranks talk over (default: this "
                         "machine's towards the first host)", flag_values=parser)
     flags.DEFINE_integer("machines", None, "without --hosts: the machines the workers are spread over, in blocks; "
                          "on loopback (default 1) addresses 127.0.0.1, 127.0.0.2..., with --net namespaces (default: "
                          "one per worker)", lower_bound=1, flag_values=parser)
-    flags.DEFINE_parsed("net", None, netns.Link.parse, "an emulated cluster: every machine a network namespace, its "
-                        "link to one switch shaped to this rate in both directions (100mbit, 1gbit; needs root). "
-                        "Default: loopback", parser)
-    flags.DEFINE_parsed("delay", None, netns.Link.parse_delay, "with --net: added latency per link direction "
-                        "(tc netem, e.g. 5ms), where the kernel has netem", parser)
     flags.DEFINE_boolean("separate_ps", False, "with --net: parameter servers on machines of their own (default: "
                          "round the workers' machines, one per machine when --ps equals the machines)",
                          flag_values=parser)

@@ -20,6 +20,7 @@ import time
 
 import harness
 from harness import REPO, flags, models
+from launcher import machines
 from launcher.starters.remote import GLOO_HOSTNAME_SHIM, OnHosts, address_towards
 from launcher.starters.srun import Srun
 from launcher.starters.ssh import Ssh
@@ -259,11 +260,10 @@ def check(starter, require_shared=False, gloo=True, model=None):
 
 def main():
     parser = flags.FlagSet("python -m launcher.preflight", __doc__)
-    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,... (make check HOSTS=)", parser)
-    flags.DEFINE_string("ssh_config", None, "an ssh_config(5) file for reaching the hosts (ssh -F)", flag_values=parser)
+    machines.define_flags(parser, net=None)  # make check HOSTS=
     flags.DEFINE_boolean("slurm", False, "the nodes of the Slurm allocation this runs in", flag_values=parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "a working directory every host does not share is a "
-                         "problem (make bench HOSTS= needs one)", flag_values=parser)
+                         "problem (Parallax's partition search needs one)", flag_values=parser)
     flags.DEFINE_string("model", "lstm", "the model whose file every host must have as this machine has it",
                         flag_values=parser)
     args = flags.parse(parser)
