@@ -21,6 +21,7 @@ import harness
 from harness import REPO, flags, models, results
 from assignment import manifest, rubric, student
 from bench import costs
+from launcher import machines
 
 # The assignment's window: "the first 50~100 iterations ... can be unstable, so just discard them". 100 steps
 # measured after them give the median a standard error of about an eighth of the step times' spread.
@@ -37,8 +38,7 @@ def parse_flags(argv=None):
     flags.DEFINE_integer("ps", 1, "parameter-server tasks", lower_bound=1, flag_values=parser)
     flags.DEFINE_integer("seed", 1, "the seed of every run", lower_bound=0, flag_values=parser)
     flags.DEFINE_string("data_path", "", "a text in PTB's format; default: the synthetic corpus", flag_values=parser)
-    flags.DEFINE_parsed("hosts", None, flags.host_slots, "host:slots,...: verify's distributed runs and the bench "
-                        "on these hosts", parser)
+    machines.define_flags(parser, net=None)  # verify's distributed runs and the bench on --hosts
     flags.DEFINE_integer("verify_steps", 60, "steps of verify's runs", lower_bound=4, flag_values=parser)
     flags.DEFINE_integer("bench_steps", BENCH_STEPS, "steps of each bench run", lower_bound=2, flag_values=parser)
     flags.DEFINE_integer("warmup_steps", WARMUP_STEPS, "first steps of each bench run left out of its throughput "
@@ -122,9 +122,10 @@ def commands(args):
               f"--out_dir={os.path.join(args.out, 'report')}", f"--student={os.path.join(args.out, 'student.md')}"]
     if args.report_only:
         return [("report", report)]
-    return [("verify", verify_command(s, args.results_dir, "checkpoints/submission")),
+    reach = [f"--ssh_config={args.ssh_config}"] if args.ssh_config else []  # how, not what: no setting
+    return [("verify", verify_command(s, args.results_dir, "checkpoints/submission") + reach),
             ("bench", bench_command(s, args.results_dir, "checkpoints/submission-bench", s["bench_steps"],
-                                    s["warmup_steps"], s["bench_runs"])),
+                                    s["warmup_steps"], s["bench_runs"]) + reach),
             ("predict", [sys.executable, "-m", "bench.predict", "--parallax", f"--results_dir={args.results_dir}"]),
             ("report", report)]
 
