@@ -110,7 +110,9 @@ def _adapted(method):
             return method(self, *args, **kwargs)
         if AGAIN:
             _, given = AGAIN[0].take("adapted")
-            return given and given(self)
+            if given:
+                given(self)
+            return None
         output = method(self, *args, **kwargs)
         LOADED[0].keep("adapted", (self, adapted_state(self)))
         return output

@@ -142,23 +142,29 @@ def test_make_verify_with_four_workers_on_two_nodes_passes_as_verify_judges_w_4(
     assert record["passed"] and [p["passed"] for p in record["pairs"] if p["a"] == "reference"] == [True]
 
 
+def bench_on_nodes(work, measured_costs, *variables):
+    """make bench HOSTS=node1:1,node2:1 `variables`, its results and checkpoints in `work`, given the session's
+    measured costs: (its CompletedProcess, asserted successful; its records)."""
+    results_dir = os.path.join(work, "results")
+    os.makedirs(os.path.join(results_dir, "lstm"))
+    shutil.copy(measured_costs / "bench-costs.json", os.path.join(results_dir, "lstm"))
+    bench = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "bench", "HOSTS=node1:1,node2:1",
+                            f"RESULTS={results_dir}", f"CKPT_DIR={work}/checkpoints", *variables],
+                           capture_output=True, text=True, timeout=900)
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr
+    return bench, [json.loads(line) for line in open(os.path.join(results_dir, "lstm", "bench.jsonl"))]
+
+
 def test_make_bench_across_two_nodes_measures_their_links_and_bytes_as_the_model_predicts(nodes, shared_work,
                                                                                         measured_costs):
     """make bench HOSTS= treats the nodes as real machines: it shapes nothing, measures the links the cluster shaped
     (within 10% of NET), counts each node's bytes on its interface (within 5% of the traffic model) and sets each
     step against the model's interval, priced at the measured rate. The small config: tiny's steps are too short for
     the model."""
-    results_dir = os.path.join(shared_work, "results")
-    os.makedirs(os.path.join(results_dir, "lstm"))
-    shutil.copy(measured_costs / "bench-costs.json", os.path.join(results_dir, "lstm"))
-    bench = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "bench", "HOSTS=node1:1,node2:1",
-                            "CONFIG=small", "STEPS=12", "WARMUP=4", f"RESULTS={results_dir}",
-                            f"CKPT_DIR={shared_work}/checkpoints", "ARGS=--runners=tf,horovod,parallax,tf-async"],
-                           capture_output=True, text=True, timeout=900)
-    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr
+    bench, records = bench_on_nodes(shared_work, measured_costs, "CONFIG=small", "STEPS=12", "WARMUP=4",
+                                    "ARGS=--runners=tf,horovod,parallax,tf-async")
     assert "bench: measuring the links between node1, node2" in bench.stdout
     assert "bench: measuring the protocols' costs" not in bench.stdout  # the session's, given
-    records = [json.loads(line) for line in open(os.path.join(results_dir, "lstm", "bench.jsonl"))]
     assert sorted(r["runner"] for r in records) == ["horovod", "parallax", "tf", "tf-async"]
     rate = netns.Link.parse(NET).bits_per_second
     # asynchronous: each host's bytes counted over the chief's measured steps, against the workers' paces; no
@@ -688,15 +694,8 @@ def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_a
         assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
         record = json.loads(open(os.path.join(work, "results", "verify.json")).read())
         assert [p["verdict"] for p in record["pairs"] if p["a"] == "reference"] == ["identical"] * 3
-        results_dir = os.path.join(work, "results")
-        os.makedirs(os.path.join(results_dir, "lstm"))
-        shutil.copy(measured_costs / "bench-costs.json", os.path.join(results_dir, "lstm"))
-        bench = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "bench", "HOSTS=node1:1,node2:1",
-                                "CONFIG=tiny", "STEPS=8", "WARMUP=2", f"RESULTS={results_dir}",
-                                f"CKPT_DIR={work}/checkpoints", "ARGS=--runners=tf,horovod"],
-                               capture_output=True, text=True, timeout=900)
-        assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr
-        records = [json.loads(line) for line in open(os.path.join(results_dir, "lstm", "bench.jsonl"))]
+        _, records = bench_on_nodes(work, measured_costs, "CONFIG=tiny", "STEPS=8", "WARMUP=2",
+                                    "ARGS=--runners=tf,horovod")
         assert sorted(r["runner"] for r in records) == ["horovod", "tf"]
         for record in records:
             assert record["throughput"]["median_step_seconds"] > 0 and record["compute_beside_seconds"] > 0
