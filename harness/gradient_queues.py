@@ -13,10 +13,18 @@ def queue(name, dtypes, device, capacity=1, shapes=None):
 
 
 def start_gate(rank, num_workers):
-    """(the chief's ops that open the gate, worker `rank`'s op that waits for it), so that no worker reads the
-    variables before the chief has initialised them."""
+    """(the chief's ops that open the gate once every other worker waits at it, worker `rank`'s op that waits for
+    it): no worker reads the variables before the chief has initialised them, and an asynchronous chief's
+    measured steps do not begin before the others train."""
     started = [queue(f"started/worker{r}", [tf.int32], "/job:ps/task:0") for r in range(num_workers)]
-    return [q.enqueue([0]) for q in started], started[rank].dequeue()
+    ready = queue("ready", [tf.int32], "/job:ps/task:0", max(num_workers - 1, 1), [[]])
+    if rank == 0:
+        waited = [ready.dequeue_many(num_workers - 1)] if num_workers > 1 else []
+        with tf.control_dependencies(waited):
+            opened = [q.enqueue([0]) for q in started]
+        return opened, started[rank].dequeue()
+    with tf.control_dependencies([ready.enqueue([rank])]):
+        return None, started[rank].dequeue()
 
 
 def all_sum(value, step, rank, num_workers):

@@ -108,7 +108,7 @@ class AsynchronousStep(Step):
         if not self.started:  # (a resumed run's first step is not step 0)
             self.started = True
             if self.chief:
-                cluster.run(session, self.start)
+                cluster.run(session, self.start, starting=True)
             cluster.run(session, self.wait_for_start, starting=True)
         objective, state, norm, read, applied, by_worker, *chief_done = cluster.run(session, self.fetches, step_feed)
         if chief_done and chief_done[0]:
@@ -195,7 +195,7 @@ class SyncReplicasStep(Step):
                 cluster.run(session, self.init_tokens)
                 self.coordinator = tf.train.Coordinator()
                 self.queue_runner.create_threads(session, self.coordinator, daemon=True, start=True)
-                cluster.run(session, self.start)
+                cluster.run(session, self.start, starting=True)
             cluster.run(session, self.wait_for_start, starting=True)
             session.run(tf.compat.v1.local_variables_initializer())
             session.run(self.optimizer.local_step_init_op)

@@ -19,6 +19,7 @@ def loop(steps, run_step, record=None, first_step=0, state=None, after_step=None
     """Runs steps `first_step` to `steps` - 1: `run_step(step, state)` returns (next state, objective, words,
     {more}); `record` (the chief's Recorder.step) gets each with the wall time of the whole iteration, then
     `after_step(steps done, state)` runs (periodic checkpoints). A run_step that raises Stop ends the loop."""
+    events.host_bytes(first_step)  # before any step: an asynchronous worker's host is seen before the chief measures
     clock = time.perf_counter()
     for step in range(first_step, steps):
         try:
