@@ -142,27 +142,18 @@ def test_make_verify_with_four_workers_on_two_nodes_passes_as_verify_judges_w_4(
     assert record["passed"] and [p["passed"] for p in record["pairs"] if p["a"] == "reference"] == [True]
 
 
-def bench_on_nodes(work, measured_costs, *variables):
-    """make bench HOSTS=node1:1,node2:1 `variables`, its results and checkpoints in `work`, given the session's
-    measured costs: (its CompletedProcess, asserted successful; its records)."""
+def assert_bench_on_nodes_as_the_model_predicts(work, measured_costs):
+    """make bench HOSTS=node1:1,node2:1 of the small config, every kind of runner, its results and checkpoints in
+    `work`, given the session's measured costs: each record complete and set against the model."""
     results_dir = os.path.join(work, "results")
     os.makedirs(os.path.join(results_dir, "lstm"))
     shutil.copy(measured_costs / "bench-costs.json", os.path.join(results_dir, "lstm"))
     bench = subprocess.run(["make", "-s", "-C", REPO, "-o", ".venv/.setup-done", "bench", "HOSTS=node1:1,node2:1",
-                            f"RESULTS={results_dir}", f"CKPT_DIR={work}/checkpoints", *variables],
+                            f"RESULTS={results_dir}", f"CKPT_DIR={work}/checkpoints", "CONFIG=small", "STEPS=12",
+                            "WARMUP=4", "ARGS=--runners=tf,horovod,parallax,tf-async"],
                            capture_output=True, text=True, timeout=900)
     assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr
-    return bench, [json.loads(line) for line in open(os.path.join(results_dir, "lstm", "bench.jsonl"))]
-
-
-def test_make_bench_across_two_nodes_measures_their_links_and_bytes_as_the_model_predicts(nodes, shared_work,
-                                                                                        measured_costs):
-    """make bench HOSTS= treats the nodes as real machines: it shapes nothing, measures the links the cluster shaped
-    (within 10% of NET), counts each node's bytes on its interface (within 5% of the traffic model) and sets each
-    step against the model's interval, priced at the measured rate. The small config: tiny's steps are too short for
-    the model."""
-    bench, records = bench_on_nodes(shared_work, measured_costs, "CONFIG=small", "STEPS=12", "WARMUP=4",
-                                    "ARGS=--runners=tf,horovod,parallax,tf-async")
+    records = [json.loads(line) for line in open(os.path.join(results_dir, "lstm", "bench.jsonl"))]
     assert "bench: measuring the links between node1, node2" in bench.stdout
     assert "bench: measuring the protocols' costs" not in bench.stdout  # the session's, given
     assert sorted(r["runner"] for r in records) == ["horovod", "parallax", "tf", "tf-async"]
@@ -183,6 +174,7 @@ def test_make_bench_across_two_nodes_measures_their_links_and_bytes_as_the_model
         assert record["bits_per_second"] == min(p["frame_bits_per_second"] for p in pairs.values())
         assert 0.95 < record["bytes_measured_over_predicted"] < 1.05, record
         assert [h["host"] for h in record["hosts"]] == ["node1", "node2"]
+        assert record["compute_beside_seconds"] > 0  # the probe beside the run of one device, copied back
         # the step set against the interval; whether it falls inside is the bench's measurement (the cores are
         # shared with another test meanwhile), not this test's
         step = record["throughput"]["median_step_seconds"]
@@ -668,38 +660,31 @@ def test_a_class_is_graded_as_one_array_job_across_the_nodes(nodes, shared_work,
     assert sum(" --sandbox --sandbox_readable=" in log for log in logs) == 1, logs
 
 
-def test_without_a_shared_file_system_the_chief_s_outputs_come_back_and_verify_and_bench_pass(nodes, measured_costs):
+def test_without_a_shared_file_system_verify_and_the_bench_take_what_the_nodes_wrote(nodes, measured_costs):
     """make cluster SHARED=0 (run after the tests on the shared cluster): each node a private copy of the
-    repository. A run's checkpoints and results, written on node1 by the chief, are copied back; verify reads
-    what comes back and finds every run identical; the bench's records are complete (its runs of one device
-    copied back too, its probe beside them stopped on its node); a Slurm job requeued onto the other node finds
-    no checkpoint there and says so."""
-    assert cluster_module("up", f"--nodes={NODES}", "--noshared").returncode == 0
+    repository, where the runs' outputs are copied back from. verify finds every run identical (the chief's
+    checkpoints and results copied back from node1). make bench HOSTS= treats the nodes as real machines: it
+    shapes nothing, measures the links the cluster shaped (within 10% of NET), counts each node's bytes on its
+    interface (within 5% of the traffic model) and sets each step against the model's interval, priced at the
+    measured rate; its runs of one device are copied back too, its probe beside them stopped on its node. The small
+    config: tiny's steps are too short for the model. (One bench for both: over private copies it runs every path
+    of a shared directory's and the copies back.) A Slurm job requeued onto the other node finds no checkpoint
+    there and says so."""
+    assert cluster_module("up", f"--nodes={NODES}", f"--net={NET}", "--noshared").returncode == 0
     work = shared_directory()
     try:
         for node in cluster.names(NODES):
             assert ssh(node, f"mkdir -p {work}").returncode == 0  # in its own copy
         check = make_check("HOSTS=node1:1,node2:1", cwd=work)
         assert check.returncode == 0 and check.stdout.count("workdir private") == 2, check.stdout + check.stderr
-        train_reference(TINY.split()[:3], 2, "reference", work)
-        run = subprocess.run([sys.executable, "-m", "launcher", "tf", "--hosts=node1:1,node2:1", "--",
-                              *TINY.split(), "--ckpt_dir=private", "--run_name=private"], cwd=work,
-                             env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, run.stderr
-        assert "launch: the chief's checkpoints and results copied back from node1" in run.stderr
-        assert os.path.exists(os.path.join(work, "results", "private.json")) and matches_reference(work, "private")
         verify = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--hosts=node1:1,node2:1",
                                  *TINY.split(), "--runs=reference,tf,horovod,parallax"], cwd=work,
                                 capture_output=True, text=True, timeout=600)
         assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+        assert "launch: the chief's checkpoints and results copied back from node1" in verify.stderr
         record = json.loads(open(os.path.join(work, "results", "verify.json")).read())
         assert [p["verdict"] for p in record["pairs"] if p["a"] == "reference"] == ["identical"] * 3
-        _, records = bench_on_nodes(work, measured_costs, "CONFIG=tiny", "STEPS=8", "WARMUP=2",
-                                    "ARGS=--runners=tf,horovod")
-        assert sorted(r["runner"] for r in records) == ["horovod", "tf"]
-        for record in records:
-            assert record["throughput"]["median_step_seconds"] > 0 and record["compute_beside_seconds"] > 0
-            assert all(m["sent"] > 0 for m in record["measured_bytes_per_step"]) and record["point_seconds"] > 0
+        assert_bench_on_nodes_as_the_model_predicts(work, measured_costs)
         # A job requeued off node1 finds no checkpoint on node2 (its own copy): refused in one line, exit 2.
         job = submit("run_tf.sbatch", work, "--config=tiny --steps=40 --warmup_steps=5 --log_every=1 "
                      "--ckpt_dir=requeued --run_name=requeued", "--nodes=1", "--ntasks-per-node=2",
