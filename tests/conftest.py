@@ -26,9 +26,9 @@ from launcher.starters.local import LocalProcess
 # that no long one is left running alone at the end.
 # test_docker first: on a fresh machine it builds its image, Horovod included, for about 20 minutes.
 # Then by their seconds in the last full run (docs/measurements.md, "The test suite's time").
-LONGEST_FIRST = ["test_docker", "test_cluster", "test_bench", "test_copied_code", "test_verify", "test_resume",
-                 "test_end_of_run", "test_grade", "test_submission", "test_unprivileged", "test_soak", "test_ssh",
-                 "test_your_model"]
+LONGEST_FIRST = ["test_docker", "test_cluster", "test_keras_programs", "test_copied_code", "test_verify",
+                 "test_unprivileged", "test_grade", "test_resume", "test_end_of_run", "test_bench", "test_soak",
+                 "test_parallax", "test_tf", "test_your_model", "test_netns", "test_ssh", "test_lm1b"]
 
 
 def group_of(nodeid):

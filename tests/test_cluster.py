@@ -192,23 +192,6 @@ def test_ports_handed_out_on_a_node_lie_below_its_ephemeral_range(nodes, shared_
     assert len(set(ports)) == 8 and all(10000 <= port < ephemeral_start for port in ports), ports
 
 
-def test_verify_across_two_nodes_finds_every_architecture_identical(nodes, shared_work):
-    """tf's servers, Horovod's ranks and the hybrid's, on two nodes: Horovod's ranks talk over each node's own
-    interface (eth0 there; this machine's is lstmcluster0), found by a probe on the node."""
-    verify = subprocess.run([sys.executable, os.path.join(REPO, "verify.py"), "--hosts=node1:1,node2:1",
-                             "--config=tiny", "--steps=12", "--warmup_steps=2", "--runs=reference,tf,horovod,parallax"],
-                            cwd=shared_work, capture_output=True, text=True, timeout=900)
-    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr
-    record = json.loads(open(os.path.join(shared_work, "results", "verify.json")).read())
-    assert [p["verdict"] for p in record["pairs"] if p["a"] == "reference"] == ["identical"] * 3
-    for run, tasks in [("tf", [["worker0", "ps0"], ["worker1"]]), ("horovod", [["worker0"], ["worker1"]])]:
-        hosts = json.loads(open(os.path.join(shared_work, "results", f"verify-{run}.hosts.json")).read())["hosts"]
-        assert [(h["host"], h["tasks"], h["environment"]["hostname"]) for h in hosts] == [
-            ("node1", tasks[0], "node1"), ("node2", tasks[1], "node2")]  # each node's own, by a probe there
-    recorded = {h["host"]: h for h in manifest.hosts(os.path.join(shared_work, "results"))}  # make submission's
-    assert {"node1", "node2", socket.gethostname()} <= set(recorded) and "verify-parallax" in recorded["node2"]["runs"]
-
-
 def test_mpirun_across_nodes_keeps_off_an_interface_every_node_has(reference):
     """Each node with a docker0 of the same address, as Docker gives every host: OpenMPI left to choose also
     offers it, and a rank that connects there reaches itself. The launcher names the nodes' network instead,
@@ -663,7 +646,8 @@ def test_a_class_is_graded_as_one_array_job_across_the_nodes(nodes, shared_work,
 def test_without_a_shared_file_system_verify_and_the_bench_take_what_the_nodes_wrote(nodes, measured_costs):
     """make cluster SHARED=0 (run after the tests on the shared cluster): each node a private copy of the
     repository, where the runs' outputs are copied back from. verify finds every run identical (the chief's
-    checkpoints and results copied back from node1). make bench HOSTS= treats the nodes as real machines: it
+    checkpoints and results copied back from node1), each task on the node it was placed on (a probe there names
+    it), Horovod's ranks over each node's own interface (eth0 there; this machine's is lstmcluster0). make bench HOSTS= treats the nodes as real machines: it
     shapes nothing, measures the links the cluster shaped (within 10% of NET), counts each node's bytes on its
     interface (within 5% of the traffic model) and sets each step against the model's interval, priced at the
     measured rate; its runs of one device are copied back too, its probe beside them stopped on its node. The small
@@ -684,6 +668,13 @@ def test_without_a_shared_file_system_verify_and_the_bench_take_what_the_nodes_w
         assert "launch: the chief's checkpoints and results copied back from node1" in verify.stderr
         record = json.loads(open(os.path.join(work, "results", "verify.json")).read())
         assert [p["verdict"] for p in record["pairs"] if p["a"] == "reference"] == ["identical"] * 3
+        for run, tasks in [("tf", [["worker0", "ps0"], ["worker1"]]), ("horovod", [["worker0"], ["worker1"]])]:
+            hosts = json.loads(open(os.path.join(work, "results", f"verify-{run}.hosts.json")).read())["hosts"]
+            assert [(h["host"], h["tasks"], h["environment"]["hostname"]) for h in hosts] == [
+                ("node1", tasks[0], "node1"), ("node2", tasks[1], "node2")]  # each node's own, by a probe there
+        recorded = {h["host"]: h for h in manifest.hosts(os.path.join(work, "results"))}  # make submission's
+        assert {"node1", "node2", socket.gethostname()} <= set(recorded)
+        assert "verify-parallax" in recorded["node2"]["runs"]
         assert_bench_on_nodes_as_the_model_predicts(work, measured_costs)
         # A job requeued off node1 finds no checkpoint on node2 (its own copy): refused in one line, exit 2.
         job = submit("run_tf.sbatch", work, "--config=tiny --steps=40 --warmup_steps=5 --log_every=1 "
