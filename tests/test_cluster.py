@@ -143,8 +143,11 @@ def test_make_verify_with_four_workers_on_two_nodes_passes_as_verify_judges_w_4(
 
 
 def assert_bench_on_nodes_as_the_model_predicts(work, measured_costs):
-    """make bench HOSTS=node1:1,node2:1 of the small config, every kind of runner, its results and checkpoints in
-    `work`, given the session's measured costs: each record complete and set against the model."""
+    """make bench HOSTS=node1:1,node2:1 (the small config: tiny's steps are too short for the model), its results
+    and checkpoints in `work`, given the session's measured costs. It treats the nodes as real machines: it shapes
+    nothing, measures the links the cluster shaped (within 10% of NET), counts each node's bytes on its interface
+    (within 5% of the traffic model) and sets each step against the model's interval, priced at the measured rate;
+    its runs of one device and the probe beside them run on the nodes."""
     results_dir = os.path.join(work, "results")
     os.makedirs(os.path.join(results_dir, "lstm"))
     shutil.copy(measured_costs / "bench-costs.json", os.path.join(results_dir, "lstm"))
@@ -647,13 +650,9 @@ def test_without_a_shared_file_system_verify_and_the_bench_take_what_the_nodes_w
     """make cluster SHARED=0 (run after the tests on the shared cluster): each node a private copy of the
     repository, where the runs' outputs are copied back from. verify finds every run identical (the chief's
     checkpoints and results copied back from node1), each task on the node it was placed on (a probe there names
-    it), Horovod's ranks over each node's own interface (eth0 there; this machine's is lstmcluster0). make bench HOSTS= treats the nodes as real machines: it
-    shapes nothing, measures the links the cluster shaped (within 10% of NET), counts each node's bytes on its
-    interface (within 5% of the traffic model) and sets each step against the model's interval, priced at the
-    measured rate; its runs of one device are copied back too, its probe beside them stopped on its node. The small
-    config: tiny's steps are too short for the model. (One bench for both: over private copies it runs every path
-    of a shared directory's and the copies back.) A Slurm job requeued onto the other node finds no checkpoint
-    there and says so."""
+    it), Horovod's ranks over each node's own interface (eth0 there; this machine's is lstmcluster0). The bench
+    runs here alone: over private copies it takes every path a shared directory's does, and the copies back. A
+    Slurm job requeued onto the other node finds no checkpoint there and says so."""
     assert cluster_module("up", f"--nodes={NODES}", f"--net={NET}", "--noshared").returncode == 0
     work = shared_directory()
     try:

@@ -150,7 +150,7 @@ def test_a_class_is_graded_at_once_copies_and_tampering_flagged(tampered, ta, tm
     assert rows["ben"]["copies"].startswith("shares ") and rows["ben"]["copies"].endswith(" with cat")
     assert rows["cat"]["copies"].endswith(" with ben") and "result file(s)" in rows["cat"]["copies"]
     assert rows["dan"]["copies"] == rows["eve"]["copies"] == ""
-    repo, raised = tampered
+    _, raised = tampered
     named = rows["dan"]["not reproduced"].split(" | ")
     for expected in ("code: toolkit file assignment/grade.py differs from this checkout's",
                      "results: results/lstm/verify.json: changed since the submission was made",
