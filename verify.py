@@ -195,8 +195,9 @@ def fault_plan(args, name):
     return save_every, step - 1 if step % save_every == 0 else step
 
 
-def command(args, name, resume=False):
-    """The command of run `name`; for a fault run, the one that kills its task (with `resume`, resumes it)."""
+def command(args, name, resume=False, checked=True):
+    """The command of run `name`; for a fault run, the one that kills its task (with `resume`, resumes it).
+    `checked`: its flags were checked in verify's child (check_runs), so the launcher need not load the model."""
     run = RUNS[name]
     results_dir = run_folders(args, name)[1] if args.sandbox else args.results_dir
     shared = [*flags.passed_on(args, flags.RUN_FLAGS + ("log_every",)), f"--results_dir={results_dir}",
@@ -217,12 +218,13 @@ def command(args, name, resume=False):
     slurm = ["--slurm", "--require_shared_workdir"] if args.slurm else []
     containers = [f"--docker={args.docker}"] if args.docker else []
     return [sys.executable, "-m", "launcher", run.architecture, f"--workers={args.workers}",
-            f"--ps={args.ps}", *args.machines.launcher_flags(), *slurm, *containers, *fault, "--", *shared]
+            f"--ps={args.ps}", *args.machines.launcher_flags(), *slurm, *containers, *fault,
+            *(["--runner_flags_checked"] if checked else []), "--", *shared]
 
 
 def check_run_flags(args, name):
     """Parse the flags `name`'s command will get, as its runner will: bad input is a UsageError now."""
-    argv = command(args, name)
+    argv = command(args, name, checked=False)
     try:
         if not RUNS[name].architecture:
             runner_flags.parse("run", "", argv[argv.index(os.path.join(REPO, "run.py")) + 1:])

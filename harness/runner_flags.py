@@ -20,8 +20,9 @@ def resumable(parser):
                          flag_values=parser)
 
 
-def check_reference(args):
-    data.shard(models.from_flags(args)[1].batch_size, 0, args.emulate_workers)  # the workers must divide the batch
+def check_model(args, workers):
+    """The model loads, and its batch divides among `workers`: the one check that runs the model's code."""
+    data.shard(models.from_flags(args)[1].batch_size, 0, workers)
 
 
 def cluster(parser):
@@ -49,7 +50,6 @@ def check_cluster(args):
     tasks = args.ps_hosts if args.job_name == "ps" else args.worker_hosts
     if args.task_index >= len(tasks):
         raise UsageError(f"--task_index={args.task_index}: there are only {len(tasks)} {args.job_name} tasks")
-    data.shard(models.from_flags(args)[1].batch_size, 0, len(args.worker_hosts))
     for flag, addresses in (("--ps_hosts", args.ps_hosts), ("--worker_hosts", args.worker_hosts)):
         for host in {address.rsplit(":", 1)[0] for address in addresses}:
             try:
@@ -101,21 +101,24 @@ def hybrid(parser):
                          "machine to the parameter servers", flag_values=parser)
 
 
-# script: (its own flags, their checks)
+# script: (its own flags, their checks, the workers its model's batch is divided among; None: known only later)
 RUNNERS = {
-    "run": (reference, check_reference),
-    "run_tf": (parameter_servers, check_parameter_servers),
-    "run_horovod": (horovod, lambda args: None),
-    "run_parallax": (hybrid, check_cluster),
+    "run": (reference, lambda args: None, lambda args: args.emulate_workers),
+    "run_tf": (parameter_servers, check_parameter_servers, lambda args: len(args.worker_hosts)),
+    "run_horovod": (horovod, lambda args: None, lambda args: None),
+    "run_parallax": (hybrid, check_cluster, lambda args: len(args.worker_hosts)),
 }
 
 
-def parse(script, description, argv=None):
-    """The flags of runner `script` ("run_tf"), parsed from `argv` (default: the command line) and checked."""
-    define, check = RUNNERS[script]
+def parse(script, description, argv=None, model=True):
+    """The flags of runner `script` ("run_tf"), parsed from `argv` (default: the command line) and checked; with
+    `model`, the model too: it loads, has the config named, and its batch divides among the workers."""
+    define, check, workers = RUNNERS[script]
     parser = flags.parser(script, description)
     define(parser)
     resumable(parser)
-    args = flags.parse(parser, argv)
+    args = flags.parse(parser, argv, load_model=model)
     check(args)
+    if model and workers(args):
+        check_model(args, workers(args))
     return args

@@ -15,7 +15,7 @@ import socket
 import sys
 
 import harness
-from harness import REPO, checkpoints, data, flags, models, results, runner_flags
+from harness import REPO, checkpoints, flags, models, results, runner_flags
 from harness.checkpoints import Checkpoints
 from harness.experiments import ARCHITECTURES
 from launcher import machines, partition_search, preflight
@@ -32,11 +32,12 @@ from launcher.starters.ssh import Ssh
 GLOO_TIMEOUT_SECONDS = 30
 
 
-def gloo_timeout_seconds(model, config, workers, link):
+def gloo_timeout_seconds(runner_args, workers, link):
     """GLOO_TIMEOUT_SECONDS, plus on an emulated link (--net) twice the time of Horovod's first collective (rank
     0's broadcast of every variable and a slot), which on slow links outlasts the default."""
     if link is None:
         return GLOO_TIMEOUT_SECONDS
+    model, config = models.from_flags(runner_args)
     variable_bytes = sum(4 * math.prod(v.shape) for v in models.declared_variables(model, config).values())
     broadcast = 2 * variable_bytes * (workers - 1) * 8 / link.bits_per_second
     return GLOO_TIMEOUT_SECONDS + math.ceil(2 * broadcast)
@@ -179,6 +180,8 @@ def launcher_flags():
                          "<run>.network.json as --net's switch does (make bench HOSTS=)", flag_values=parser)
     flags.DEFINE_boolean("require_shared_workdir", False, "with --hosts or --slurm: refuse to start unless every host "
                          "sees this working directory (verify reads the chief's results from it)", flag_values=parser)
+    flags.DEFINE_boolean("runner_flags_checked", False, "the caller (verify) has checked the runner's flags as the "
+                         "launcher would: it does not load the model to check them again", flag_values=parser)
     return parser
 
 
@@ -236,8 +239,9 @@ def parse_flags(argv):
     cluster_flags = ["--job_name=worker", "--task_index=0", "--ps_hosts=127.0.0.1:1",
                      f"--worker_hosts={','.join(['127.0.0.1:1'] * args.workers)}"]
     args.runner_args = runner_flags.parse(architecture.script[:-3], "", args.runner_flags + (
-        cluster_flags if architecture.parameter_servers else []))
-    data.shard(models.from_flags(args.runner_args)[1].batch_size, 0, args.workers)
+        cluster_flags if architecture.parameter_servers else []), model=False)
+    if not args.runner_flags_checked:  # the model's own check: the one that runs its code
+        runner_flags.check_model(args.runner_args, args.workers)
     if args.runner_args.resume and not (args.hosts or args.slurm or args.docker):
         # The chief's checkpoints are on this machine: what keeps the run from resuming is said now, once.
         Checkpoints(args.runner_args, None, args.workers).resumable()
@@ -302,8 +306,7 @@ def run_job(args, starter):
                     gloo=architecture.horovod_ranks and not args.mpi, model=models.path_of(runner_args.model))
     counter = (HostByteCounter(starter, worker_hosts, asynchronous=not getattr(runner_args, "sync", True))
                if args.count_bytes else starter.byte_counter())
-    model, config = models.from_flags(runner_args)
-    gloo_timeout = gloo_timeout_seconds(model, config, args.workers, args.net)
+    gloo_timeout = gloo_timeout_seconds(runner_args, args.workers, args.net)
 
     def run(runner_flags, watch=None, fault=None):
         return launch(architecture, worker_hosts, ps_hosts, runner_flags, starter,
@@ -318,6 +321,7 @@ def run_job(args, starter):
                 raise SystemExit(status)
             summary = results.read_json(results.summary_path(runner_args.results_dir, name), "summary")
             return summary["throughput"]["median_step_seconds"]
+        model, config = models.from_flags(runner_args)
         rows = [(v.shape or (1,))[0] for v in models.declared_variables(model, config).values()]
         best = partition_search.search(trial, runner_args.results_dir, min(64, max(rows, default=1)))
         runner_flags = runner_flags + [f"--partitions={best}"]

@@ -53,8 +53,7 @@ for name in sys.argv[1:]:
         for architecture in launch.ARCHITECTURES:
             args = launch.parse_flags([architecture, "--workers=2", "--net=1gbit", "--", f"--model={name}",
                                        f"--config={config}"])
-            model, chosen = models.from_flags(args.runner_args)
-            launch.gloo_timeout_seconds(model, chosen, 2, args.net)
+            launch.gloo_timeout_seconds(args.runner_args, 2, args.net)
 print("tensorflow.python" in sys.modules)
 import tensorflow as tf
 print(int(tf.constant(7)), "tensorflow.python" in sys.modules)
@@ -69,6 +68,21 @@ def test_the_launcher_reads_every_model_without_loading_tensorflow(tmp_path):
                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "7", "True"]
+
+
+def test_flags_checked_by_the_caller_are_not_checked_again_by_running_the_model(tmp_path):
+    """verify's child has checked each launcher's flags (the model run to its configs): the launcher it then starts
+    with --runner_flags_checked does not run the model file's code again; without it, the launcher does."""
+    from harness import UsageError
+    from launcher import launch
+    for architecture in ("tf", "horovod", "parallax"):
+        model = tmp_path / f"not_a_model_{architecture}.py"
+        model.write_text("print('the model file ran')\n")  # no CONFIGS: loading it is a UsageError
+        runner = ["--", f"--model={model}", f"--ckpt_dir={tmp_path}/c", f"--results_dir={tmp_path}/r"]
+        args = launch.parse_flags([architecture, "--workers=2", "--runner_flags_checked", *runner])
+        assert args.runner_args.model == str(model)
+        with pytest.raises(UsageError, match="lacks CONFIGS"):
+            launch.parse_flags([architecture, "--workers=2", *runner])
 
 
 @pytest.mark.parametrize("architecture", ["horovod", "parallax"])
@@ -123,17 +137,17 @@ def test_gloo_waits_long_enough_for_the_first_broadcast_on_a_slow_link():
     lm1b-sparse's tables (and their Adagrad slots) to 5 ranks outlast Gloo's 30 s (a W = 6 run failed so)."""
     from launcher import launch
     from launcher.starters import netns
-    from harness import models
-    lstm = models.load("lstm")
-    config = lstm.CONFIGS["lm1b-sparse"]
+    from harness import models, runner_flags
+    config = models.load("lstm").CONFIGS["lm1b-sparse"]
+    lm1b_sparse, tiny = (runner_flags.parse("run_horovod", "", [f"--config={c}"]) for c in ("lm1b-sparse", "tiny"))
     table_bytes = 4 * config.vocab_size * config.output_size
     for workers in (2, 6, 8):
         # both tables and their slots, sent once to each other rank over the link
         broadcast = 4 * table_bytes * (workers - 1) * 8 / 100e6
-        assert launch.gloo_timeout_seconds(lstm, config, workers, netns.Link.parse("100mbit")) > broadcast
-    assert launch.gloo_timeout_seconds(lstm, config, 6, None) == launch.GLOO_TIMEOUT_SECONDS  # no emulated link
+        assert launch.gloo_timeout_seconds(lm1b_sparse, workers, netns.Link.parse("100mbit")) > broadcast
+    assert launch.gloo_timeout_seconds(lm1b_sparse, 6, None) == launch.GLOO_TIMEOUT_SECONDS  # no emulated link
     # a small model on a fast link: about the default
-    assert launch.gloo_timeout_seconds(lstm, lstm.CONFIGS["tiny"], 8, netns.Link.parse("1gbit")) <= 31
+    assert launch.gloo_timeout_seconds(tiny, 8, netns.Link.parse("1gbit")) <= 31
 
 
 def test_an_asynchronous_run_s_other_hosts_are_counted_when_the_chief_s_window_begins_and_ends():
